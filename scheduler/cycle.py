@@ -1,0 +1,242 @@
+"""One scheduling cycle (SPEC.md 5): `schedule(snapshot) -> CycleResult`.
+
+The pipeline, numbered as in SPEC.md 5:
+  1. housekeeping: expired pools end;
+  2. order: each share's queued jobs by priority, then submission;
+  3. in-quota pass, reclaiming lent capacity when it must;
+  4. borrowing pass, FIFO across shares;
+  5. in-share preemption;
+  6. repeat 3–5 until a round places and skips nothing;
+  7. lowered limits need no step: usage above a limit simply counts as borrowed.
+Then every queued job gets its pending reason and position.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from .decisions import (
+    CycleResult,
+    Decision,
+    Dispatch,
+    PoolTermination,
+    Preempt,
+    PreemptionKind,
+    TerminateWarmPool,
+)
+from .model import Job, Snapshot, WarmPool
+from .ordering import borrow_fifo_key, in_quota_pick_key, in_share_head_key
+from .pending import pending_decisions
+from .state import CycleState
+from .validation import validate_snapshot
+from .victims import Holding, release, take, take_then_spare
+
+
+def schedule(snapshot: Snapshot) -> CycleResult:
+    """Decide one cycle from `snapshot`; pure: same snapshot, same decisions."""
+    validate_snapshot(snapshot)
+    cycle = _Cycle(CycleState(snapshot))
+    cycle.housekeeping()
+    cycle.place_until_stable()
+    decisions = cycle.decisions + pending_decisions(cycle.state)
+    return CycleResult(snapshot.now, tuple(decisions))
+
+
+class _Cycle:
+    def __init__(self, state: CycleState) -> None:
+        self.state = state
+        self.decisions: list[Decision] = []
+
+    # 1. Housekeeping ------------------------------------------------------------------
+
+    def housekeeping(self) -> None:
+        """Pools past their keep-alive (EXPIRED) or chain lifetime (MAX_LIFETIME) end."""
+        state = self.state
+        lifetime = state.policy.warm_pool_max_lifetime_seconds
+        for pool in state.all_pools():
+            lifetime_end = pool.chain_started_at + lifetime
+            if lifetime_end < pool.expires_at and lifetime_end <= state.now:
+                reason = PoolTermination.MAX_LIFETIME
+            elif pool.expires_at <= state.now:
+                reason = PoolTermination.EXPIRED
+            else:
+                continue
+            state.remove_pool(pool, release_ledger=True)
+            self.decisions.append(TerminateWarmPool(pool.id, reason))
+
+    # 6. Rounds of 3–5 ------------------------------------------------------------------
+
+    def place_until_stable(self) -> None:
+        while True:
+            progress = self.in_quota_pass()
+            progress = self.borrowing_pass() or progress
+            progress = self.in_share_pass() or progress
+            if not progress:
+                return
+
+    # 3. In-quota pass -----------------------------------------------------------------
+
+    def in_quota_pass(self) -> bool:
+        """Place in-quota heads, least-used share first, reclaiming lent capacity if needed."""
+        state = self.state
+        failed: set[str] = set()
+        placed_any = False
+        while True:
+            best: tuple[object, ...] | None = None
+            best_head: Job | None = None
+            for share in state.share_names:
+                head = state.head(share)
+                if head is None or head.id in failed or not state.in_quota_eligible(head):
+                    continue
+                unit = head.instance_type
+                key = in_quota_pick_key(
+                    state.ledger(unit).used(share), state.limit(share, unit), head, share
+                )
+                if best is None or key < best:
+                    best, best_head = key, head
+            if best_head is None:
+                return placed_any
+            if self.place_in_quota(best_head):
+                placed_any = True
+            else:
+                failed.add(best_head.id)
+
+    def place_in_quota(self, head: Job) -> bool:
+        state = self.state
+        share, unit = head.quota_share, head.instance_type
+        ledger = state.ledger(unit)
+        reuse = state.matching_pool(head)
+        count = 0 if reuse is not None else head.instance_count
+        evicted = [] if reuse is not None else self.own_pools_to_evict(head)
+        take(ledger, evicted)
+        victims = take_then_spare(
+            state.reclaim_candidates(share, unit),
+            ledger,
+            share,
+            count,
+            only_from_borrowers=True,
+        )
+        if victims is None:
+            release(ledger, evicted)
+            return False
+        self.commit(head, reuse, evicted + victims, PreemptionKind.CROSS_SHARE)
+        return True
+
+    def own_pools_to_evict(self, head: Job) -> list[Holding]:
+        """The fewest of the share's non-matching pools (soonest-expiring first) whose
+        eviction brings the head within its limit."""
+        state = self.state
+        share, unit = head.quota_share, head.instance_type
+        excess = state.ledger(unit).used(share) + head.instance_count - state.limit(share, unit)
+        if excess <= 0:
+            return []
+        taken: list[Holding] = []
+        for holding in state.own_pools_by_expiry(share, unit):
+            if excess <= 0:
+                break
+            taken.append(holding)
+            excess -= holding.count
+        kept: list[Holding] = []
+        for holding in reversed(taken):
+            if excess + holding.count <= 0:
+                excess += holding.count  # spared: still within the limit without it
+            else:
+                kept.append(holding)
+        kept.reverse()
+        return kept
+
+    # 4. Borrowing pass ----------------------------------------------------------------
+
+    def borrowing_pass(self) -> bool:
+        """Heads that can only borrow are placed in submission order; none preempts."""
+        state = self.state
+        placed_any = False
+        waiting = [
+            (borrow_fifo_key(head), head)
+            for head in state.heads()
+            if state.borrows_on_placement(head)
+        ]
+        heapq.heapify(waiting)
+        while waiting:
+            _, head = heapq.heappop(waiting)
+            if state.head(head.quota_share) is not head:
+                continue
+            reuse = state.matching_pool(head)
+            count = 0 if reuse is not None else head.instance_count
+            if not state.ledger(head.instance_type).fits(head.quota_share, count):
+                continue
+            self.commit(head, reuse, [], PreemptionKind.CROSS_SHARE)
+            placed_any = True
+            following = state.head(head.quota_share)
+            if following is not None and state.borrows_on_placement(following):
+                heapq.heappush(waiting, (borrow_fifo_key(following), following))
+        return placed_any
+
+    # 5. In-share preemption -----------------------------------------------------------
+
+    def in_share_pass(self) -> bool:
+        """Heads that still do not fit may preempt lower-priority work of their own share;
+        a head that cannot is skipped for the rest of the cycle."""
+        state = self.state
+        progress = False
+        for head in sorted(state.heads(), key=in_share_head_key):
+            if state.head(head.quota_share) is not head:
+                continue
+            reuse = state.matching_pool(head)
+            count = 0 if reuse is not None else head.instance_count
+            ledger = state.ledger(head.instance_type)
+            if ledger.fits(head.quota_share, count):
+                continue  # something freed up: the next round's steps 3–4 place it
+            progress = True
+            if state.share(head.quota_share).in_share_preemption:
+                victims = take_then_spare(
+                    state.in_share_candidates(head, reuse),
+                    ledger,
+                    head.quota_share,
+                    count,
+                    only_from_borrowers=False,
+                )
+                if victims is not None:
+                    self.commit(head, reuse, victims, PreemptionKind.IN_SHARE)
+                    continue
+            state.skip(head.quota_share)
+        return progress
+
+    # Applying a placement -------------------------------------------------------------
+
+    def commit(
+        self,
+        head: Job,
+        reuse: WarmPool | None,
+        victims: list[Holding],
+        kind: PreemptionKind,
+    ) -> None:
+        """Record the victims and the placement; the ledger already counts the victims gone."""
+        state = self.state
+        any_running = False
+        for victim in victims:
+            if victim.pool is not None:
+                state.remove_pool(victim.pool, release_ledger=False)
+                self.decisions.append(
+                    TerminateWarmPool(victim.pool.id, PoolTermination.EVICTED, head.id)
+                )
+            elif victim.job is not None:
+                running = state.remove_active(victim.job)
+                any_running = any_running or running
+                grace_until = state.now + (state.policy.preemption_grace_seconds if running else 0)
+                self.decisions.append(
+                    Preempt(victim.job.id, kind, head.id, running, grace_until)
+                )
+        instances, borrowed_now = state.place(head, reuse)
+        starting_at = state.now + (state.policy.preemption_grace_seconds if any_running else 0)
+        self.decisions.append(
+            Dispatch(
+                head.id,
+                instances,
+                min(head.instance_count, borrowed_now),
+                reuse.id if reuse is not None else None,
+                starting_at,
+            )
+        )
+        if victims:
+            state.reconsider_skipped()

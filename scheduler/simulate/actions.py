@@ -1,0 +1,179 @@
+"""Applying a scenario's timed actions to the world (docs/scenario-format.md, Actions)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from ..decisions import PoolTermination
+from ..lifecycle import Outcome, PoolStatus, keep_alive_expiry
+from ..model import CapacityUnit, JobStatus, QuotaShare, ShareState, Strategy
+from .reader import Reader, ScenarioError
+from .records import Segment, SimJob
+from .scenario import (
+    STATES,
+    STRATEGIES,
+    Action,
+    JobSpec,
+    check_configuration,
+    parse_borrow_limit,
+    parse_limits,
+)
+from .world import World
+
+SHARE_DELETED_REASON = "Quota share deleted"
+
+
+def apply_actions(world: World, actions: list[Action], t: int) -> None:
+    """Apply one tick's actions in file order, then check the configuration they leave."""
+    config_path = None
+    for action in actions:
+        world.changed = True
+        if action.kind == "submit":
+            submit(world, action.payload, t)
+        elif action.kind == "update":
+            update_priority(world, world.jobs.get(action.payload[0]), action.payload[1], t)
+        elif action.kind == "terminate":
+            job = world.jobs.get(action.payload[0])
+            if job is not None and not job.status.terminal:
+                terminate(world, job, t, action.payload[1], leaves=True)
+        elif action.kind == "update_keep_alive":
+            update_keep_alive(world, action, t)
+        elif action.kind == "update_share":
+            update_share(world, action.payload, t)
+            config_path = action.path
+        elif action.kind == "delete_share":
+            delete_share(world, action.payload, t)
+        elif action.kind == "update_capacity":
+            update_capacity(world, action.payload, t)
+            config_path = action.path
+    if config_path is not None:
+        check_configuration(tuple(world.capacity.values()), tuple(world.shares.values()),
+                            config_path)
+
+
+def submit(world: World, spec: JobSpec, t: int) -> None:
+    share = world.shares.get(spec.quota_share)
+    reason = None
+    if share is None:
+        reason = f"Quota share {spec.quota_share} does not exist."
+    elif share.state is ShareState.DISABLED:
+        reason = f"Quota share {share.name} is DISABLED and accepts no new jobs."
+    elif spec.instance_type not in share.units():
+        reason = f"Quota share {share.name} has no capacity limit for {spec.instance_type}."
+    elif spec.keep_alive_seconds > share.max_keep_alive_seconds:
+        reason = (f"keep_alive_seconds {spec.keep_alive_seconds} is above quota share "
+                  f"{share.name}'s cap of {share.max_keep_alive_seconds}.")
+    if reason is not None:
+        world.emit(t, "SUBMIT_REJECTED", spec.name, spec.quota_share, {"reason": reason})
+        return
+    job = SimJob(spec, len(world.jobs) + 1, t, spec.priority, spec.keep_alive_seconds)
+    world.jobs[spec.name] = job
+    world.live[spec.name] = job
+    world.emit_job(t, "SUBMITTED", job)
+
+
+def update_priority(world: World, job: SimJob | None, priority: int, t: int) -> None:
+    if job is None or job.status.terminal:
+        return
+    job.priority = priority
+    job.touch()
+    world.emit_job(t, "PRIORITY_UPDATED", job, priority=priority)
+
+
+def terminate(world: World, job: SimJob, t: int, reason: str, *, leaves: bool) -> None:
+    """A user's terminate: the job FAILS with `reason`; RUNNING instances may stay warm."""
+    was_running = job.status is JobStatus.RUNNING
+    if job.status.active:
+        attempt = job.current
+        attempt.stopped_at, attempt.outcome = t, Outcome.TERMINATED
+        attempt.status_reason = reason
+    world.emit_job(t, "TERMINATED", job, reason=reason)
+    if job.status.active:
+        world.settle(job, t, leaves=leaves and was_running)
+    world.close(job, JobStatus.FAILED, reason)
+
+
+def update_keep_alive(world: World, action: Action, t: int) -> None:
+    name, keep_alive = action.payload
+    job = world.jobs[name]
+    share = world.shares.get(job.spec.quota_share)
+    if share is not None and keep_alive > share.max_keep_alive_seconds:
+        raise ScenarioError(f"{action.path}.keep_alive_seconds",
+                            f"{keep_alive} is above quota share {share.name}'s cap of "
+                            f"{share.max_keep_alive_seconds}")
+    segment = job.segment
+    if not job.status.terminal:
+        job.keep_alive_seconds = keep_alive
+        if segment is not None and segment.status is PoolStatus.IN_USE:
+            segment.keep_alive_seconds = keep_alive
+        world.emit_job(t, "WARM_POOL_UPDATED", job, keep_alive_seconds=keep_alive,
+                       expires_at=None)
+        return
+    if segment is None or segment.status is not PoolStatus.AVAILABLE:
+        return
+    pool = next(p for p in world.pools.values() if p.owner is job)
+    expires_at = int(keep_alive_expiry(pool.available_since, keep_alive))
+    segment.keep_alive_seconds, segment.expires_at = keep_alive, expires_at
+    world.emit_job(t, "WARM_POOL_UPDATED", job, keep_alive_seconds=keep_alive,
+                   expires_at=expires_at)
+    if expires_at <= t:
+        world.end_pool(pool, t, PoolTermination.USER)
+    else:
+        pool.expires_at = expires_at
+        world.arm_pool(pool)
+
+
+def update_share(world: World, body: Reader, t: int) -> None:
+    share = world.shares[body.data["name"]]
+    fields = sorted(key for key in body.data if key != "name")
+    changes: dict[str, Any] = {}
+    if body.has("capacity_limits"):
+        changes["limits"] = parse_limits(body)
+    strategy = body.choice("sharing_strategy", STRATEGIES, share.strategy.value)
+    changes["strategy"] = Strategy(strategy)
+    if body.has("borrow_limit"):
+        changes["borrow_limit"] = parse_borrow_limit(body, strategy)
+    elif strategy != Strategy.LEND_AND_BORROW.value:
+        changes["borrow_limit"] = None  # switching away from LEND_AND_BORROW clears it
+    elif share.borrow_limit is None:
+        changes["borrow_limit"] = -1
+    if body.has("in_share_preemption"):
+        changes["in_share_preemption"] = body.boolean("in_share_preemption")
+    if body.has("state"):
+        changes["state"] = ShareState(body.choice("state", STATES))
+    if body.has("max_keep_alive_seconds"):
+        changes["max_keep_alive_seconds"] = body.integer("max_keep_alive_seconds", low=0,
+                                                         high=3600)
+    world.shares[share.name] = replace(share, **changes)
+    world.emit(t, "SHARE_UPDATED", None, share.name, {"fields": fields})
+
+
+def delete_share(world: World, body: Reader, t: int) -> None:
+    share: QuotaShare = world.shares[body.data["name"]]
+    if share.state is not ShareState.DISABLED:
+        raise ScenarioError(body.at("name"), f"quota share {share.name} must be DISABLED "
+                                             "before it is deleted")
+    for job in list(world.live.values()):
+        if job.spec.quota_share == share.name:
+            if job.pool is not None:  # the pool it runs on ends with the share
+                job.pool.status = PoolStatus.TERMINATED
+                job.pool = None
+                job.segment = Segment(PoolStatus.TERMINATED, job.keep_alive_seconds,
+                                      termination_reason=PoolTermination.USER)
+                world.emit_job(t, "WARM_POOL_TERMINATED", job,
+                               reason=PoolTermination.USER.value)
+            terminate(world, job, t, SHARE_DELETED_REASON, leaves=False)
+    for pool in list(world.pools.values()):
+        if pool.quota_share == share.name:
+            world.end_pool(pool, t, PoolTermination.USER)
+    del world.shares[share.name]
+    world.emit(t, "SHARE_DELETED", None, share.name)
+
+
+def update_capacity(world: World, body: Reader, t: int) -> None:
+    name = body.string("capacity_unit")
+    unit = world.capacity.get(name) or CapacityUnit(name, 0)
+    changes = {key: body.data[key] for key in body.data if key != "capacity_unit"}
+    world.capacity[name] = replace(unit, **changes)
+    world.emit(t, "CAPACITY_UPDATED", None, None, {"capacity_unit": name})

@@ -1,0 +1,297 @@
+"""The working state of one cycle: who holds what, each share's queue and its head.
+
+`CycleState` is built from a frozen Snapshot and mutated only by the cycle that owns it.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import defaultdict
+from collections.abc import Iterator
+
+from .model import Job, JobStatus, QuotaShare, Snapshot, WarmPool
+from .ordering import eviction_key, pool_reuse_key, queue_key
+from .quota import ShareAccount, UnitLedger, borrow_cap, max_holdable
+from .victims import Holding
+
+
+class CycleState:
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.now = snapshot.now
+        self.policy = snapshot.policy
+        self.capacity = {unit.name: unit for unit in snapshot.capacity}
+        self.shares: dict[str, QuotaShare] = {share.name: share for share in snapshot.shares}
+        self.share_names = sorted(self.shares)
+        self.queues: dict[str, list[Job]] = {name: [] for name in self.share_names}
+        self.active: dict[str, dict[str, Job]] = defaultdict(dict)
+        self.pools: dict[str, dict[str, WarmPool]] = {name: {} for name in self.share_names}
+        self.cursor = dict.fromkeys(self.share_names, 0)
+        self.done: set[str] = set()  # placed or preempted in this cycle
+        self.blocked: set[str] = set()  # may not be placed at all in this cycle
+        self.placed: dict[str, tuple[int, ...]] = {}
+        self.preempted: list[Job] = []
+        self._ledgers: dict[str, UnitLedger] = {}
+        self._free: dict[str, list[int]] = {}
+        self._most: dict[tuple[str, str], int | None] = {}
+        self._load(snapshot)
+
+    # Building ---------------------------------------------------------------------------
+
+    def _load(self, snapshot: Snapshot) -> None:
+        held: dict[str, set[int]] = defaultdict(set)
+        used: dict[tuple[str, str], int] = defaultdict(int)
+        configured: dict[tuple[str, str, int], bool] = {}
+        now = self.now
+        for job in snapshot.jobs:
+            status = job.status
+            if status is JobStatus.RUNNABLE or status is JobStatus.SUBMITTED:
+                self.queues[job.quota_share].append(job)
+                key = (job.quota_share, job.instance_type, job.instance_count)
+                placeable = configured.get(key)
+                if placeable is None:
+                    placeable = configured[key] = self._configured_to_fit(job)
+                if not placeable or (job.not_before is not None and job.not_before > now):
+                    self.blocked.add(job.id)
+            elif status.active:
+                self.active[job.instance_type][job.id] = job
+                used[job.instance_type, job.quota_share] += job.instance_count
+                held[job.instance_type].update(job.instances)
+        for pool in snapshot.warm_pools:
+            self.pools[pool.quota_share][pool.id] = pool
+            used[pool.instance_type, pool.quota_share] += pool.instance_count
+            held[pool.instance_type].update(pool.instances)
+        for queue in self.queues.values():
+            queue.sort(key=queue_key)
+        units = set(self.capacity) | {unit for unit, _ in used}
+        units |= {unit for share in snapshot.shares for unit in share.units()}
+        for unit in units:
+            capacity = self.capacity[unit].max_capacity if unit in self.capacity else 0
+            accounts = {
+                name: ShareAccount(
+                    limit=share.limit(unit),
+                    strategy=share.strategy,
+                    borrow_cap=borrow_cap(share.limit(unit), share.borrow_limit),
+                    used=used[unit, name],
+                )
+                for name, share in self.shares.items()
+            }
+            self._ledgers[unit] = UnitLedger(capacity, accounts)
+            free = [n for n in range(capacity) if n not in held[unit]]
+            heapq.heapify(free)
+            self._free[unit] = free
+
+    def _configured_to_fit(self, job: Job) -> bool:
+        """False for a job that no placement can ever serve as configured: a
+        misconfiguration (SPEC.md 4, reasons 1–2).  Such a job, and one still in its
+        preemption grace period, is passed over for the whole cycle."""
+        unit = self.capacity.get(job.instance_type)
+        if unit is None or job.instance_count > unit.max_capacity:
+            return False
+        most = self._holdable(job.quota_share, job.instance_type)
+        return most is None or job.instance_count <= most
+
+    def _holdable(self, share_name: str, unit: str) -> int | None:
+        key = (share_name, unit)
+        if key not in self._most:
+            share = self.shares[share_name]
+            self._most[key] = max_holdable(share.limit(unit), share.strategy, share.borrow_limit)
+        return self._most[key]
+
+    # Lookups ----------------------------------------------------------------------------
+
+    def ledger(self, unit: str) -> UnitLedger:
+        return self._ledgers[unit]
+
+    def ledgers(self) -> dict[str, UnitLedger]:
+        return self._ledgers
+
+    def share(self, name: str) -> QuotaShare:
+        return self.shares[name]
+
+    def limit(self, share: str, unit: str) -> int:
+        return self.shares[share].limit(unit)
+
+    def all_pools(self) -> list[WarmPool]:
+        return [pool for name in self.share_names for pool in self.pools[name].values()]
+
+    # Heads ------------------------------------------------------------------------------
+
+    def head(self, share: str) -> Job | None:
+        """The share's first queued job not yet placed, preempted, blocked or skipped."""
+        queue = self.queues[share]
+        index = self.cursor[share]
+        while index < len(queue) and (
+            queue[index].id in self.done or queue[index].id in self.blocked
+        ):
+            index += 1
+        self.cursor[share] = index
+        return queue[index] if index < len(queue) else None
+
+    def heads(self) -> Iterator[Job]:
+        for share in self.share_names:
+            head = self.head(share)
+            if head is not None:
+                yield head
+
+    def skip(self, share: str) -> None:
+        """Best-effort ordering: the head steps aside for the rest of the cycle.
+
+        The jobs right behind it that it dominates (same unit, at least as many instances,
+        no lower place in the order, neither reusing a pool) could not be placed either, as
+        room only shrinks until a preemption or eviction reconsiders every skipped head; they
+        step aside with it instead of costing a round each.
+        """
+        failed = self.head(share)
+        if failed is None:
+            return
+        self.cursor[share] += 1
+        if self.matching_pool(failed) is not None:
+            return
+        while (follower := self.head(share)) is not None and self._dominated(follower, failed):
+            self.cursor[share] += 1
+
+    def _dominated(self, job: Job, failed: Job) -> bool:
+        return (
+            job.instance_type == failed.instance_type
+            and job.instance_count >= failed.instance_count
+            and job.priority <= failed.priority
+            and self.matching_pool(job) is None
+        )
+
+    def reconsider_skipped(self) -> None:
+        """A preemption or eviction may have freed room: skipped heads get another try."""
+        for share in self.share_names:
+            self.cursor[share] = 0
+
+    # Warm pools -------------------------------------------------------------------------
+
+    def matching_pool(self, job: Job) -> WarmPool | None:
+        """The Available pool of the job's share that it would reuse (SPEC.md 6, Matching)."""
+        pools = self.pools[job.quota_share]
+        if not pools:
+            return None
+        best: WarmPool | None = None
+        for pool in pools.values():
+            if (
+                pool.instance_type == job.instance_type
+                and pool.instance_count == job.instance_count
+                and pool.match == job.match
+                and (best is None or pool_reuse_key(pool) < pool_reuse_key(best))
+            ):
+                best = pool
+        return best
+
+    def own_pool_instances(self, share: str, unit: str) -> int:
+        return sum(
+            pool.instance_count
+            for pool in self.pools[share].values()
+            if pool.instance_type == unit
+        )
+
+    def own_pools_by_expiry(self, share: str, unit: str) -> list[Holding]:
+        pools = [pool for pool in self.pools[share].values() if pool.instance_type == unit]
+        return [Holding.of_pool(pool) for pool in sorted(pools, key=eviction_key)]
+
+    # Placement rules --------------------------------------------------------------------
+
+    def in_quota_eligible(self, head: Job) -> bool:
+        """Whether the head would be in quota after placement (SPEC.md 5.3): U ≤ L when it
+        reuses a pool, else U + n ≤ L counting its share's non-matching pools as gone."""
+        share, unit = head.quota_share, head.instance_type
+        used = self.ledger(unit).used(share)
+        limit = self.limit(share, unit)
+        if self.matching_pool(head) is not None:
+            return used <= limit
+        return used - self.own_pool_instances(share, unit) + head.instance_count <= limit
+
+    def borrows_on_placement(self, head: Job) -> bool:
+        """A head for the borrowing pass: its share may borrow and it is not in quota."""
+        return self.shares[head.quota_share].strategy.borrows and not self.in_quota_eligible(
+            head
+        )
+
+    def reclaim_candidates(self, share: str, unit: str) -> list[Holding]:
+        """Other shares' pools and active jobs on `unit`, while those shares borrow."""
+        ledger = self.ledger(unit)
+        borrowing = {
+            name for name, account in ledger.accounts.items()
+            if name != share and account.borrowed > 0
+        }
+        holdings = [
+            Holding.of_pool(pool)
+            for name in borrowing
+            for pool in self.pools[name].values()
+            if pool.instance_type == unit
+        ]
+        holdings += [
+            Holding.of_job(job)
+            for job in self.active[unit].values()
+            if job.quota_share in borrowing
+        ]
+        holdings.sort(key=lambda holding: holding.key)
+        return holdings
+
+    def in_share_candidates(self, head: Job, reuse: WarmPool | None) -> list[Holding]:
+        """The share's own pools (but the one the head reuses) and its active jobs of
+        strictly lower priority on the head's unit."""
+        share, unit = head.quota_share, head.instance_type
+        holdings = [
+            Holding.of_pool(pool)
+            for pool in self.pools[share].values()
+            if pool.instance_type == unit and pool is not reuse
+        ]
+        holdings += [
+            Holding.of_job(job)
+            for job in self.active[unit].values()
+            if job.quota_share == share and job.priority < head.priority
+        ]
+        holdings.sort(key=lambda holding: holding.key)
+        return holdings
+
+    # Changes ----------------------------------------------------------------------------
+
+    def remove_pool(self, pool: WarmPool, *, release_ledger: bool) -> None:
+        del self.pools[pool.quota_share][pool.id]
+        if release_ledger:
+            self.ledger(pool.instance_type).change(pool.quota_share, -pool.instance_count)
+        self._give_back(pool.instance_type, pool.instances)
+
+    def remove_active(self, job: Job) -> bool:
+        """A victim leaves its instances (the ledger already counts them gone); returns
+        whether it was RUNNING."""
+        del self.active[job.instance_type][job.id]
+        self._give_back(job.instance_type, job.instances)
+        self.done.add(job.id)
+        self.preempted.append(job)
+        return job.status is JobStatus.RUNNING
+
+    def place(self, job: Job, reuse: WarmPool | None) -> tuple[tuple[int, ...], int]:
+        """Give the job its instances; returns them and the share's borrowed() after."""
+        unit = job.instance_type
+        ledger = self.ledger(unit)
+        if reuse is not None:
+            del self.pools[reuse.quota_share][reuse.id]
+            instances = reuse.instances
+        else:
+            instances = self._take(unit, job.instance_count)
+            ledger.change(job.quota_share, job.instance_count)
+        self.done.add(job.id)
+        self.placed[job.id] = instances
+        return instances, ledger.account(job.quota_share).borrowed
+
+    def _take(self, unit: str, count: int) -> tuple[int, ...]:
+        """The lowest-numbered free instances (SPEC.md 1)."""
+        free = self._free[unit]
+        taken = [heapq.heappop(free) for _ in range(min(count, len(free)))]
+        # Only when capacity shrank below what is held: number past the end, for display.
+        next_number = max(taken, default=self.capacity[unit].max_capacity - 1) + 1
+        while len(taken) < count:
+            taken.append(next_number)
+            next_number += 1
+        return tuple(sorted(taken))
+
+    def _give_back(self, unit: str, instances: tuple[int, ...]) -> None:
+        capacity = self.capacity[unit].max_capacity if unit in self.capacity else 0
+        for number in instances:
+            if number < capacity:
+                heapq.heappush(self._free[unit], number)
