@@ -1,0 +1,2 @@
+"""Quotaweb: share a fleet of GPU instances between teams (the Django shell around
+`scheduler`)."""

@@ -1,0 +1,29 @@
+"""Where an attempt's files live on its host: log file and warm-pool cache directory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from django.conf import settings
+
+from ..models import Attempt
+
+
+def work_dir() -> Path:
+    return Path(settings.QUOTAWEB["WORK_DIR"])
+
+
+def attempt_log_path(attempt: Attempt) -> Path:
+    return work_dir() / "logs" / f"job-{attempt.job_id}" / f"attempt-{attempt.number}.log"
+
+
+def attempt_cache_directory(attempt: Attempt) -> Path | None:
+    """The pool's cache when the attempt reuses one; otherwise a fresh directory that
+    becomes the pool's cache if the job leaves a warm pool (SPEC.md 6, Cache).  Only the
+    local executor has files."""
+    if attempt.job.executor != "local":
+        return None
+    pool = attempt.warm_pool if attempt.warm_pool_id is not None else None
+    if pool is not None and pool.cache_directory:
+        return Path(pool.cache_directory)
+    return work_dir() / "cache" / f"job-{attempt.job_id}-attempt-{attempt.number}"

@@ -1,0 +1,52 @@
+"""GET /healthz (API.md, Health): is the database reachable and is the cycle ticking?"""
+
+from __future__ import annotations
+
+import time
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.db import connection
+from django.http import HttpRequest, JsonResponse
+from django.utils import timezone
+
+from .models import SchedulerState
+
+STALE_AFTER_SECONDS = 10
+
+
+def _database() -> tuple[str, SchedulerState | None]:
+    try:
+        connection.ensure_connection()
+        return "ok", SchedulerState.objects.filter(id=1).first()
+    except Exception as error:  # noqa: BLE001 - any failure means "not ok"
+        connection.close()
+        return f"error: {error.__class__.__name__}", None
+
+
+def _channel_layer() -> str:
+    layer = get_channel_layer()
+    if layer is None:
+        return "error: no channel layer configured"
+    try:
+        async_to_sync(layer.send)("healthz.probe", {"type": "healthz.probe", "at": time.time()})
+        return "ok"
+    except Exception as error:  # noqa: BLE001
+        return f"error: {error.__class__.__name__}"
+
+
+def healthz(request: HttpRequest) -> JsonResponse:
+    database, state = _database()
+    channel_layer = _channel_layer()
+    last = state.last_cycle_at if state else None
+    fresh = last is not None and (timezone.now() - last).total_seconds() <= STALE_AFTER_SECONDS
+    healthy = database == "ok" and fresh
+    return JsonResponse(
+        {
+            "database": database,
+            "channel_layer": channel_layer,
+            "last_cycle_at": last.isoformat().replace("+00:00", "Z") if last else None,
+            "cycle_ms": state.last_cycle_ms if state else None,
+        },
+        status=200 if healthy else 503,
+    )

@@ -1,0 +1,27 @@
+"""Quotaweb's stored state: capacity, quota shares, jobs and their attempts, warm pools,
+the event outbox, usage samples and the scheduler's own bookkeeping."""
+
+from .capacity import CapacityUnit
+from .events import Event
+from .jobs import Attempt, Job, LogLine
+from .scheduler_state import CycleRecord, SchedulerState
+from .shares import CapacityLimit, QuotaShare
+from .tokens import ApiToken
+from .usage import UsageSample
+from .warm_pools import WarmPool, WarmPoolSegment
+
+__all__ = [
+    "ApiToken",
+    "Attempt",
+    "CapacityLimit",
+    "CapacityUnit",
+    "CycleRecord",
+    "Event",
+    "Job",
+    "LogLine",
+    "QuotaShare",
+    "SchedulerState",
+    "UsageSample",
+    "WarmPool",
+    "WarmPoolSegment",
+]

@@ -1,0 +1,23 @@
+from django.core.validators import RegexValidator
+from django.db import models
+
+INSTANCE_TYPE = RegexValidator(r"^[A-Za-z0-9._-]{1,64}$", "Use 1-64 of A-Z a-z 0-9 . _ -.")
+
+
+class CapacityUnit(models.Model):
+    """An instance type of the service environment (SPEC.md 1)."""
+
+    name = models.CharField(max_length=64, unique=True, validators=[INSTANCE_TYPE],
+                            help_text="Instance type, e.g. ml.g5.xlarge.")
+    max_capacity = models.PositiveIntegerField(help_text="Instances of this type in the fleet.")
+    warm_pool_limit = models.PositiveIntegerField(
+        default=0, help_text="Instances that warm pools of this type may keep (0: none).")
+    cold_start_seconds = models.PositiveIntegerField(default=60)
+    warm_start_seconds = models.PositiveIntegerField(default=5)
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name = "capacity unit"
+
+    def __str__(self) -> str:
+        return f"{self.name} × {self.max_capacity}"

@@ -1,0 +1,78 @@
+from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
+from django.db import models
+from django.db.models import Q
+
+NAME = RegexValidator(r"^[A-Za-z0-9_-]{1,128}$", "Use 1-128 of A-Z a-z 0-9 _ -.")
+
+
+class Strategy(models.TextChoices):
+    RESERVE = "RESERVE"
+    LEND = "LEND"
+    LEND_AND_BORROW = "LEND_AND_BORROW"
+
+
+class ShareState(models.TextChoices):
+    ENABLED = "ENABLED"
+    DISABLED = "DISABLED"
+
+
+class LiveShares(models.Manager["QuotaShare"]):
+    def get_queryset(self) -> models.QuerySet["QuotaShare"]:
+        return super().get_queryset().filter(deleted_at__isnull=True)
+
+
+class QuotaShare(models.Model):
+    """A team's virtual queue (SPEC.md 2).  A deleted share keeps its row (its jobs, events
+    and usage stay readable) and frees its name."""
+
+    name = models.CharField(max_length=128, validators=[NAME])
+    sharing_strategy = models.CharField(max_length=16, choices=Strategy.choices)
+    borrow_limit = models.IntegerField(
+        null=True, blank=True,
+        validators=[MinValueValidator(-1), MaxValueValidator(10_000)],
+        help_text="Percent of each limit that may be borrowed on top; -1 unlimited. "
+                  "LEND_AND_BORROW only.",
+    )
+    in_share_preemption = models.BooleanField(default=False)
+    state = models.CharField(max_length=8, choices=ShareState.choices,
+                             default=ShareState.ENABLED)
+    max_keep_alive_seconds = models.PositiveIntegerField(
+        default=3600, validators=[MaxValueValidator(3600)])
+    members = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True,
+                                     related_name="quota_shares")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    deleted_at = models.DateTimeField(null=True, blank=True)
+
+    objects = models.Manager()
+    live = LiveShares()
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(fields=["name"], condition=Q(deleted_at__isnull=True),
+                                    name="unique_live_share_name"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class CapacityLimit(models.Model):
+    """L(s,u): how many instances of a unit the share may use without borrowing."""
+
+    quota_share = models.ForeignKey(QuotaShare, on_delete=models.CASCADE,
+                                    related_name="capacity_limits")
+    capacity_unit = models.CharField(max_length=64)
+    max_capacity = models.PositiveIntegerField()
+
+    class Meta:
+        ordering = ["capacity_unit"]
+        constraints = [
+            models.UniqueConstraint(fields=["quota_share", "capacity_unit"],
+                                    name="one_limit_per_unit"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.quota_share.name}: {self.capacity_unit} × {self.max_capacity}"

@@ -1,0 +1,1 @@
+"""Live updates: websocket consumers and the outbox broadcaster."""

@@ -1,0 +1,1 @@
+"""The shell around the engine: snapshot in, decisions applied, events out."""

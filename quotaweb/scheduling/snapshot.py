@@ -1,0 +1,158 @@
+"""Reading the database into the engine's frozen Snapshot, with a fixed number of queries
+whatever the number of jobs (STYLE.md: guard it with django_assert_num_queries)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.conf import settings
+
+from scheduler import (
+    CapacityUnit,
+    Job,
+    JobStatus,
+    Policy,
+    QuotaShare,
+    ShareState,
+    Snapshot,
+    Strategy,
+    WarmPool,
+    WarmPoolMatch,
+)
+from scheduler.lifecycle import preemptions_left
+
+from .. import models
+from ..models.jobs import ACTIVE_STATUSES, QUEUED_STATUSES
+from .clock import to_engine
+
+JOB_FIELDS = (
+    "id", "name", "quota_share_id", "priority", "instance_type", "instance_count", "status",
+    "role", "volume_size_gb", "volume_kms_key_id", "security_group_ids", "subnets",
+    "enable_network_isolation", "enable_inter_container_traffic_encryption", "instances",
+    "scheduled_at", "started_at", "not_before", "preempted_count",
+    "preemption_retries_before_termination", "pending_code",
+)
+POOL_FIELDS = (
+    "id", "quota_share_id", "owner_id", "owner__priority", "instance_type", "instance_count",
+    "role", "volume_size_gb", "volume_kms_key_id", "security_group_ids", "subnets",
+    "enable_network_isolation", "enable_inter_container_traffic_encryption",
+    "available_since", "expires_at", "chain_started_at", "instances",
+)
+
+
+@dataclass(frozen=True)
+class LoadedSnapshot:
+    """The snapshot and what the shell needs to map engine names back to rows."""
+
+    snapshot: Snapshot
+    share_names: dict[int, str]  # share id -> name
+    share_ids: dict[str, int]  # name -> share id
+    job_count: int
+
+
+def policy() -> Policy:
+    config = settings.QUOTAWEB
+    return Policy(
+        preemption_grace_seconds=config["PREEMPTION_GRACE_SECONDS"],
+        warm_pool_max_lifetime_seconds=config["WARM_POOL_MAX_LIFETIME_SECONDS"],
+    )
+
+
+def _match(row: dict[str, object]) -> WarmPoolMatch:
+    return WarmPoolMatch(
+        role=str(row["role"]),
+        volume_size_gb=int(row["volume_size_gb"]),  # type: ignore[call-overload]
+        volume_kms_key_id=str(row["volume_kms_key_id"]),
+        security_group_ids=frozenset(row["security_group_ids"] or ()),  # type: ignore[arg-type]
+        subnets=frozenset(row["subnets"] or ()),  # type: ignore[arg-type]
+        enable_network_isolation=bool(row["enable_network_isolation"]),
+        enable_inter_container_traffic_encryption=bool(
+            row["enable_inter_container_traffic_encryption"]
+        ),
+    )
+
+
+def load_snapshot(now: datetime) -> LoadedSnapshot:
+    """Capacity, live shares with their limits, non-terminal jobs and Available pools:
+    four queries."""
+    capacity = tuple(
+        CapacityUnit(u.name, u.max_capacity, u.warm_pool_limit, u.cold_start_seconds,
+                     u.warm_start_seconds)
+        for u in models.CapacityUnit.objects.all()
+    )
+    limits: dict[int, list[tuple[str, int]]] = {}
+    shares: list[QuotaShare] = []
+    names: dict[int, str] = {}
+    rows = models.CapacityLimit.objects.filter(quota_share__deleted_at__isnull=True).values_list(
+        "quota_share_id", "quota_share__name", "quota_share__sharing_strategy",
+        "quota_share__borrow_limit", "quota_share__in_share_preemption", "quota_share__state",
+        "quota_share__max_keep_alive_seconds", "capacity_unit", "max_capacity",
+    )
+    described: dict[int, tuple[object, ...]] = {}
+    for share_id, name, strategy, borrow, in_share, state, keep, unit, limit in rows:
+        limits.setdefault(share_id, []).append((unit, limit))
+        described[share_id] = (name, strategy, borrow, in_share, state, keep)
+    for share_id, (name, strategy, borrow, in_share, state, keep) in sorted(described.items()):
+        names[share_id] = str(name)
+        shares.append(QuotaShare(
+            name=str(name),
+            limits=tuple(sorted(limits[share_id])),
+            strategy=Strategy(strategy),
+            borrow_limit=borrow if strategy == Strategy.LEND_AND_BORROW else None,  # type: ignore[arg-type]
+            in_share_preemption=bool(in_share),
+            state=ShareState(state),
+            max_keep_alive_seconds=int(keep),  # type: ignore[call-overload]
+        ))
+    jobs = []
+    live = models.Job.objects.filter(
+        status__in=[*QUEUED_STATUSES, *ACTIVE_STATUSES], quota_share_id__in=list(names)
+    ).values(*JOB_FIELDS)
+    for row in live.iterator(chunk_size=5000):
+        status = JobStatus(row["status"])
+        jobs.append(Job(
+            id=str(row["id"]),
+            quota_share=names[row["quota_share_id"]],
+            priority=row["priority"],
+            sequence=row["id"],
+            instance_type=row["instance_type"],
+            instance_count=row["instance_count"],
+            status=status,
+            match=_match(row),
+            instances=tuple(row["instances"] or ()) if status.active else (),
+            dispatched_at=to_engine(row["scheduled_at"]) if status.active else None,
+            started_at=to_engine(row["started_at"]) if status.active else None,
+            not_before=to_engine(row["not_before"]),
+            preemptions_left=preemptions_left(
+                row["preempted_count"], row["preemption_retries_before_termination"]
+            ),
+            pending_code=row["pending_code"],
+        ))
+    pools = tuple(
+        WarmPool(
+            id=str(row["id"]),
+            quota_share=names[row["quota_share_id"]],
+            owner_job=str(row["owner_id"]),
+            instance_type=row["instance_type"],
+            instance_count=row["instance_count"],
+            match=_match(row),
+            available_since=to_engine(row["available_since"]) or 0.0,
+            expires_at=to_engine(row["expires_at"]) or 0.0,
+            chain_started_at=to_engine(row["chain_started_at"]) or 0.0,
+            priority=row["owner__priority"],
+            sequence=row["owner_id"],
+            instances=tuple(row["instances"] or ()),
+        )
+        for row in models.WarmPool.objects.filter(
+            status=models.warm_pools.PoolStatus.AVAILABLE, quota_share_id__in=list(names)
+        ).values(*POOL_FIELDS)
+    )
+    snapshot = Snapshot(
+        now=now.timestamp(),
+        capacity=capacity,
+        shares=tuple(shares),
+        jobs=tuple(jobs),
+        warm_pools=pools,
+        policy=policy(),
+    )
+    return LoadedSnapshot(snapshot, names, {v: k for k, v in names.items()}, len(jobs))

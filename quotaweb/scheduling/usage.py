@@ -1,0 +1,85 @@
+"""Usage samples: each share's figures per unit (SPEC.md 3), written when they change."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import datetime
+
+from django.db.models import Sum
+
+from scheduler import quota
+from scheduler.model import Strategy
+
+from ..models import (
+    CapacityLimit,
+    CapacityUnit,
+    Job,
+    QuotaShare,
+    SchedulerState,
+    UsageSample,
+    WarmPool,
+)
+from ..models.jobs import ACTIVE_STATUSES, QUEUED_STATUSES
+from ..models.warm_pools import PoolStatus
+
+FIGURES = ("limit", "in_use", "own", "borrowed", "lent", "warm", "queued")
+
+
+def current_figures() -> dict[tuple[int, str], dict[str, int]]:
+    """(share id, unit) → figures, computed from the database in a fixed number of queries."""
+    used: dict[tuple[int, str], int] = defaultdict(int)
+    queued: dict[tuple[int, str], int] = defaultdict(int)
+    warm: dict[tuple[int, str], int] = defaultdict(int)
+    for row in Job.objects.filter(status__in=ACTIVE_STATUSES).values(
+        "quota_share_id", "instance_type"
+    ).annotate(n=Sum("instance_count")):
+        used[row["quota_share_id"], row["instance_type"]] += row["n"]
+    for row in Job.objects.filter(status__in=QUEUED_STATUSES).values(
+        "quota_share_id", "instance_type"
+    ).annotate(n=Sum("instance_count")):
+        queued[row["quota_share_id"], row["instance_type"]] += row["n"]
+    for row in WarmPool.objects.filter(status=PoolStatus.AVAILABLE).values(
+        "quota_share_id", "instance_type"
+    ).annotate(n=Sum("instance_count")):
+        used[row["quota_share_id"], row["instance_type"]] += row["n"]
+        warm[row["quota_share_id"], row["instance_type"]] += row["n"]
+    shares = {s.pk: s for s in QuotaShare.live.all()}
+    limits: dict[str, dict[int, int]] = defaultdict(dict)
+    for limit in CapacityLimit.objects.filter(quota_share_id__in=list(shares)):
+        limits[limit.capacity_unit][limit.quota_share_id] = limit.max_capacity
+    capacity = dict(CapacityUnit.objects.values_list("name", "max_capacity"))
+    figures: dict[tuple[int, str], dict[str, int]] = {}
+    for unit, share_limits in limits.items():
+        standing = {
+            str(pk): (used[pk, unit], share_limits.get(pk, 0),
+                      Strategy(shares[pk].sharing_strategy))
+            for pk in shares
+        }
+        unowned = quota.unowned(capacity.get(unit, 0), (s[1] for s in standing.values()))
+        lent = quota.lent(unowned, standing)
+        for pk in share_limits:
+            u, limit, _ = standing[str(pk)]
+            figures[pk, unit] = {
+                "limit": limit, "in_use": u, "own": quota.own(u, limit),
+                "borrowed": quota.borrowed(u, limit), "lent": lent[str(pk)],
+                "warm": warm[pk, unit], "queued": queued[pk, unit],
+            }
+    return figures
+
+
+def record_changes(now: datetime) -> list[UsageSample]:
+    """Write a sample for every share and unit whose figures differ from its last one
+    (the last written figures are kept on the SchedulerState row: one read, one write)."""
+    state = SchedulerState.objects.select_for_update().get_or_create(id=1)[0]
+    previous: dict[str, dict[str, int]] = state.last_usage or {}
+    current = {f"{share_id}|{unit}": figures
+               for (share_id, unit), figures in sorted(current_figures().items())}
+    samples = []
+    for key, figures in current.items():
+        if previous.get(key) != figures:
+            share_id, unit = key.split("|", 1)
+            samples.append(UsageSample(time=now, quota_share_id=int(share_id),
+                                       capacity_unit=unit, **figures))
+    if samples or previous.keys() != current.keys():
+        SchedulerState.objects.filter(id=1).update(last_usage=current)
+    return UsageSample.objects.bulk_create(samples)

@@ -1,0 +1,185 @@
+"""Quotaweb's one settings module, read from the environment (STYLE.md, Settings).
+
+With no environment at all it runs embedded: SQLite in WAL mode, the in-memory channel
+layer, the scheduling cycle and the executors inside the server process, bound to
+127.0.0.1, with a secret key generated into the data folder.  DATABASE_URL switches to
+PostgreSQL; REDIS_URL to channels-redis and Celery, and then SECRET_KEY and ALLOWED_HOSTS
+must be given.
+"""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+
+from . import env
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+DATA_DIR = Path(env.string("QUOTAWEB_DATA_DIR", str(BASE_DIR / "data")) or BASE_DIR / "data")
+
+DATABASE_URL = env.string("DATABASE_URL")
+REDIS_URL = env.string("REDIS_URL")
+EMBEDDED = REDIS_URL is None
+HTTPS = env.boolean("QUOTAWEB_HTTPS", False)
+
+
+def _embedded_secret_key() -> str:
+    """A key generated once into the data folder, so sessions survive restarts."""
+    DATA_DIR.mkdir(parents=True, exist_ok=True)
+    path = DATA_DIR / "secret_key"
+    if not path.exists():
+        path.write_text(secrets.token_urlsafe(50))
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+if EMBEDDED:
+    SECRET_KEY = env.string("SECRET_KEY") or _embedded_secret_key()
+    DEBUG = env.boolean("DEBUG", False)
+    ALLOWED_HOSTS = env.csv("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
+else:
+    SECRET_KEY = env.required("SECRET_KEY", "when REDIS_URL is set (distributed mode)")
+    DEBUG = env.boolean("DEBUG", False)
+    ALLOWED_HOSTS = env.csv("ALLOWED_HOSTS", [])
+    if not ALLOWED_HOSTS:
+        env.required("ALLOWED_HOSTS", "when REDIS_URL is set (distributed mode)")
+
+CSRF_TRUSTED_ORIGINS = env.csv("CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "channels",
+    "quotaweb",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "quotaweb.urls"
+ASGI_APPLICATION = "quotaweb.asgi.application"
+WSGI_APPLICATION = None
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+if DATABASE_URL:
+    DATABASES = {"default": env.database(DATABASE_URL)}
+else:
+    DATA_DIR.mkdir(parents=True, exist_ok=True)
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": env.string("QUOTAWEB_SQLITE_PATH", str(DATA_DIR / "quotaweb.sqlite3")),
+            # WAL lets readers proceed while the cycle writes; the busy timeout makes a
+            # writer wait for the lock instead of failing at once.
+            "OPTIONS": {
+                "timeout": 20,
+                "transaction_mode": "IMMEDIATE",
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            },
+        }
+    }
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL]},
+        }
+    }
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+# Celery (distributed mode only): the tick has its own queue so job work never delays it.
+CELERY_BROKER_URL = REDIS_URL or "memory://"
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_ROUTES = {
+    "quotaweb.tasks.tick": {"queue": "tick"},
+    "quotaweb.tasks.start_attempt": {"queue": "executor"},
+}
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+
+QUOTAWEB = {
+    "PREEMPTION_GRACE_SECONDS": env.integer("QUOTAWEB_PREEMPTION_GRACE_SECONDS", 30),
+    "WARM_POOL_MAX_LIFETIME_SECONDS": env.integer(
+        "QUOTAWEB_WARM_POOL_MAX_LIFETIME_SECONDS", 2_419_200, low=1),
+    "TICK_SECONDS": 1,
+    "HEARTBEAT_LEASE_SECONDS": env.integer("QUOTAWEB_HEARTBEAT_LEASE_SECONDS", 30, low=1),
+    # The local executor runs commands: on only where it is switched on (always embedded).
+    "LOCAL_EXECUTOR": env.boolean("QUOTAWEB_LOCAL_EXECUTOR", EMBEDDED),
+    "WORK_DIR": Path(env.string("QUOTAWEB_WORK_DIR", str(DATA_DIR / "work")) or DATA_DIR),
+    "IN_PROCESS_SCHEDULER": env.boolean("QUOTAWEB_IN_PROCESS_SCHEDULER", EMBEDDED),
+}
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+
+LOGIN_URL = "/accounts/login/"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/accounts/login/"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "/static/"
+STATIC_ROOT = DATA_DIR / "staticfiles"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+WHITENOISE_USE_FINDERS = True
+
+DATA_UPLOAD_MAX_MEMORY_SIZE = 1024 * 1024
+
+SESSION_COOKIE_HTTPONLY = True
+CSRF_COOKIE_HTTPONLY = False
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+if HTTPS:
+    SECURE_SSL_REDIRECT = env.boolean("QUOTAWEB_SSL_REDIRECT", True)
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_HSTS_SECONDS = env.integer("QUOTAWEB_HSTS_SECONDS", 31_536_000)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = True
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env.string("LOG_LEVEL", "INFO")},
+    "loggers": {"daphne": {"level": "WARNING"}, "django.channels.server": {"level": "WARNING"}},
+}
