@@ -1,0 +1,228 @@
+"""How fast one scheduling cycle is, beside the cost of merely sorting the same jobs.
+
+Run by hand, never by tests:
+
+    python bench/engine.py            # both shapes, 7 repetitions, then the simulation
+    python bench/engine.py --quick    # 3 repetitions, 15,000-job shape only
+    python bench/engine.py --profile  # cProfile of the 15,000-job fresh and steady cycles
+
+Prints a markdown table.  "fresh" is the first cycle (every job queued, nothing running);
+"steady" is the next cycle, at the same time, once the first cycle's dispatches are RUNNING
+and the waiting jobs carry the reasons they were given, so it mostly re-checks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import gc
+import pstats
+import statistics
+import sys
+import time
+import tracemalloc
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):
+    # Run as a script: make the repository importable (scheduler/ and bench/).
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.workloads import (  # noqa: E402
+    ARRIVAL_SECONDS,
+    BASELINE,
+    LARGE,
+    SIMULATED_SECONDS,
+    Shape,
+    after_cycle,
+    queued_snapshot,
+    scenario,
+)
+from scheduler import CycleResult, Dispatch, Job, Preempt, Snapshot, schedule  # noqa: E402
+
+CYCLE_TARGET_MS = 50.0  # at 15,000 jobs
+RATIO_TARGET = 5.0
+SIMULATION_TARGET_S = 30.0
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    shape: str
+    jobs: int
+    cycle_ms: float
+    sort_ms: float
+    peak_mib: float
+    dispatches: int
+    preemptions: int
+    decisions: int
+
+    @property
+    def ratio(self) -> float:
+        return self.cycle_ms / self.sort_ms
+
+    def target(self) -> str:
+        """The targets that apply to this row, and whether they are met."""
+        checks = [(f"≤ {RATIO_TARGET:g}×", self.ratio <= RATIO_TARGET)]
+        if self.jobs <= BASELINE.jobs:
+            checks.insert(0, (f"≤ {CYCLE_TARGET_MS:g} ms", self.cycle_ms <= CYCLE_TARGET_MS))
+        text = ", ".join(label for label, _ in checks)
+        return f"{text}: {'met' if all(ok for _, ok in checks) else 'MISSED'}"
+
+
+# Measuring --------------------------------------------------------------------------------
+
+
+def median_ms(action: Callable[[], object], repetitions: int) -> float:
+    """Median wall time of `action`, in milliseconds, each run after a full collection."""
+    times = []
+    for _ in range(repetitions):
+        gc.collect()
+        start = time.perf_counter()
+        action()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1000
+
+
+def by_priority_then_submission(job: Job) -> tuple[int, int]:
+    return (-job.priority, job.sequence)
+
+
+def peak_mib(build: Callable[[], Snapshot]) -> float:
+    """Peak traced memory of building a snapshot and deciding one cycle from it."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        schedule(build())
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return peak / MIB
+
+
+def measure(label: str, build: Callable[[], Snapshot], repetitions: int) -> Row:
+    snapshot = build()
+    result = schedule(snapshot)
+    jobs = list(snapshot.jobs)
+    return Row(
+        shape=label,
+        jobs=len(jobs),
+        cycle_ms=median_ms(lambda: schedule(snapshot), repetitions),
+        sort_ms=median_ms(lambda: sorted(jobs, key=by_priority_then_submission), repetitions),
+        peak_mib=peak_mib(build),
+        dispatches=sum(isinstance(d, Dispatch) for d in result.decisions),
+        preemptions=sum(isinstance(d, Preempt) for d in result.decisions),
+        decisions=len(result.decisions),
+    )
+
+
+def shape_rows(shape: Shape, repetitions: int) -> list[Row]:
+    """The fresh and steady cycles of one shape.  The steady row's peak memory counts
+    building its snapshot from the first cycle's decisions, not the first cycle itself."""
+    fresh = queued_snapshot(shape)
+    first: CycleResult = schedule(fresh)
+    return [
+        measure(f"{shape.name}, fresh", lambda: queued_snapshot(shape), repetitions),
+        measure(f"{shape.name}, steady", lambda: after_cycle(fresh, first), repetitions),
+    ]
+
+
+# The end-to-end simulation ----------------------------------------------------------------
+
+
+def simulation_row(shape: Shape) -> str:
+    document = scenario(shape)
+    try:
+        from scheduler.simulate import run_scenario
+    except ImportError:
+        return _simulation_line(shape, "simulator not available yet", "", "")
+    gc.collect()
+    start = time.perf_counter()
+    result = run_scenario(document)
+    wall = time.perf_counter() - start
+    status = "met" if wall <= SIMULATION_TARGET_S else "MISSED"
+    return _simulation_line(
+        shape,
+        f"{wall:.1f}",
+        f"≤ {SIMULATION_TARGET_S:g} s: {status}",
+        _simulation_outcome(result),
+    )
+
+
+def _simulation_outcome(result: dict[str, Any]) -> str:
+    jobs = result["jobs"]
+    done = sum(job["status"] == "SUCCEEDED" for job in jobs)
+    metrics = result["metrics"]
+    return (
+        f"{done:,} of {len(jobs):,} succeeded, {len(result['events']):,} events, "
+        f"utilization {metrics['utilization']}, mean wait {metrics['mean_wait_seconds']} s"
+    )
+
+
+def _simulation_line(shape: Shape, wall: str, target: str, outcome: str) -> str:
+    return (
+        f"| {shape.name}, arrivals over {ARRIVAL_SECONDS} s | {shape.jobs:,} "
+        f"| {SIMULATED_SECONDS:,} | {wall} | {target} | {outcome} |"
+    )
+
+
+# Printing ---------------------------------------------------------------------------------
+
+
+def print_cycle_table(rows: list[Row]) -> None:
+    print("| shape | jobs | cycle ms (median) | sort ms | ratio | target | peak MiB |")
+    print("| --- | ---: | ---: | ---: | ---: | --- | ---: |")
+    for row in rows:
+        print(
+            f"| {row.shape} | {row.jobs:,} | {row.cycle_ms:.1f} | {row.sort_ms:.1f} "
+            f"| {row.ratio:.1f} | {row.target()} | {row.peak_mib:.1f} |"
+        )
+    print()
+    for row in rows:
+        print(
+            f"- {row.shape}: {row.dispatches:,} dispatches, {row.preemptions:,} preemptions, "
+            f"{row.decisions:,} decisions in all"
+        )
+
+
+def print_simulation_table(shape: Shape) -> None:
+    print("| simulation | jobs | simulated s | wall s | target | outcome |")
+    print("| --- | ---: | ---: | ---: | --- | --- |")
+    print(simulation_row(shape))
+
+
+def profile_cycles(shape: Shape, top: int = 25) -> None:
+    """cProfile of one fresh and one steady cycle, top functions by cumulative time."""
+    fresh = queued_snapshot(shape)
+    steady = after_cycle(fresh, schedule(fresh))
+    for label, snapshot in (("fresh", fresh), ("steady", steady)):
+        profiler = cProfile.Profile()
+        profiler.runcall(schedule, snapshot)
+        print(f"\n## {shape.name}, {label} cycle ({len(snapshot.jobs):,} jobs)\n")
+        pstats.Stats(profiler, stream=sys.stdout).sort_stats("cumulative").print_stats(top)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="3 repetitions and the 15,000-job shape only")
+    parser.add_argument("--profile", action="store_true",
+                        help="only profile the 15,000-job fresh and steady cycles")
+    args = parser.parse_args(argv)
+    if args.profile:
+        profile_cycles(BASELINE)
+        return 0
+    repetitions = 3 if args.quick else 7
+    shapes = [BASELINE] if args.quick else [BASELINE, LARGE]
+    print(f"# Engine cycle benchmark (Python {sys.version.split()[0]}, "
+          f"median of {repetitions})\n")
+    print_cycle_table([row for shape in shapes for row in shape_rows(shape, repetitions)])
+    print()
+    print_simulation_table(BASELINE)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
