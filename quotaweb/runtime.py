@@ -1,0 +1,156 @@
+"""The scheduling cycle in-process (the embedded mode, and `manage.py run_scheduler`):
+one cycle at the start of every wall-clock second, broadcasting after commit, and handing
+the attempts due to launch to a launcher (the local executor in-process, or the Celery
+executor queue when REDIS_URL is set).
+
+Errors are logged and the loop goes on with the next second: a database that went away
+comes back by itself, and the cycle is idempotent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from django.conf import settings
+from django.db import close_old_connections, connection
+
+log = logging.getLogger(__name__)
+
+Launcher = Callable[[int], object]
+Broadcaster = Callable[[], object]
+
+
+def launch_in_process(attempt_id: int) -> object:
+    """Start the attempt here (embedded mode: the server process is the executor host)."""
+    from .executors.local import start_attempt
+
+    return start_attempt(attempt_id)
+
+
+def launch_via_celery(attempt_id: int) -> object:
+    """Hand the attempt to a worker of the executor queue (distributed mode)."""
+    from .tasks import enqueue_launch
+
+    return enqueue_launch(attempt_id)
+
+
+def default_launcher() -> Launcher:
+    """Celery where there is a broker, otherwise this process."""
+    return launch_via_celery if settings.REDIS_URL else launch_in_process
+
+
+def broadcast_here() -> object:
+    """Broadcast from this thread (a channel layer that any thread may use: Redis)."""
+    from .realtime.broadcast import broadcast_pending
+
+    return broadcast_pending()
+
+
+def broadcast_on_loop(loop: asyncio.AbstractEventLoop, timeout: float = 10.0) -> Broadcaster:
+    """Broadcast on the server's event loop.  The in-memory channel layer of the embedded
+    mode keeps asyncio queues that belong to that loop: filling them from another thread
+    would not wake the websocket consumers waiting on them."""
+    from .realtime.broadcast import abroadcast_pending
+
+    def broadcast() -> object:
+        if not loop.is_running():
+            return 0  # not serving yet, or shutting down: the cursor keeps the events
+        return asyncio.run_coroutine_threadsafe(abroadcast_pending(), loop).result(timeout)
+
+    return broadcast
+
+
+def guarded(broadcast: Broadcaster) -> Broadcaster:
+    """A broadcast that logs its failure instead of raising: the cycle has committed by
+    then, its launches must still happen, and the cursor lets the next cycle resend."""
+
+    def run() -> object:
+        try:
+            return broadcast()
+        except Exception:
+            log.exception("broadcast failed; the next cycle sends what is pending")
+            return None
+
+    return run
+
+
+def run_once(launch: Launcher, broadcast: Broadcaster = broadcast_here) -> bool:
+    """One cycle and its launches; False when it failed (logged).  Never raises."""
+    from .scheduling.tick import run_cycle
+
+    try:
+        # A connection the database dropped, or past CONN_MAX_AGE, is replaced here.
+        close_old_connections()
+        report = run_cycle(after_commit=guarded(broadcast))
+    except Exception:
+        log.exception("scheduling cycle failed; retrying next second")
+        connection.close()
+        return False
+    for attempt_id in report.to_launch if report else []:
+        try:
+            launch(attempt_id)
+        except Exception:
+            log.exception("could not launch attempt %s; retrying next cycle", attempt_id)
+    return True
+
+
+def seconds_to_next_tick(now: float, period: float = 1.0) -> float:
+    """Time until the next multiple of `period` on the wall clock (never 0: at least a
+    millisecond, so a loop that is exactly on time still waits for the next tick)."""
+    remaining = period - (now % period)
+    return remaining if remaining >= 0.001 else remaining + period
+
+
+def run_loop(
+    stop: threading.Event,
+    launch: Launcher | None = None,
+    broadcast: Broadcaster | None = None,
+) -> None:
+    """Run a cycle at every wall-clock tick until `stop` is set.  Closes this thread's
+    database connection when it ends (Django opens one per thread)."""
+    launch = launch or default_launcher()
+    broadcast = broadcast or broadcast_here
+    period = float(settings.QUOTAWEB.get("TICK_SECONDS", 1))
+    try:
+        while not stop.wait(seconds_to_next_tick(time.time(), period)):
+            run_once(launch, broadcast)
+    finally:
+        connection.close()
+
+
+class Scheduler:
+    """The loop on a daemon thread: `start()`, then `stop()` to end it cleanly."""
+
+    def __init__(
+        self, launch: Launcher | None = None, broadcast: Broadcaster | None = None
+    ) -> None:
+        self._launch = launch
+        self._broadcast = broadcast
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._thread is not None:
+            raise RuntimeError("the scheduler is already running")
+        self._thread = threading.Thread(
+            target=run_loop, args=(self._stop, self._launch, self._broadcast),
+            name="quotaweb-scheduler", daemon=True,
+        )
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Ask the loop to end after its current cycle and wait for it."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                log.warning("scheduler thread did not stop within %.0f s", timeout)
+            self._thread = None
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
