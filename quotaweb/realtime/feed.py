@@ -1,0 +1,79 @@
+"""What a websocket client is sent when it connects (API.md, websocket).
+
+A client that reconnects with `?after=<last event id it saw>` gets the events it missed,
+when the log still holds them all and they are not too many to replay; any other client
+gets a snapshot of the current state, stamped with the last event id it reflects.
+
+The consumer joins the broadcast group *before* calling `on_connect`, so every event
+committed after these reads reaches the client through the group; an event may arrive
+twice (here and from the group) and clients drop ids they already have.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from django.db import connection, transaction
+from django.db.models import Max, Min
+
+from ..models import Event
+from . import serializers
+
+MAX_REPLAY = 10_000
+
+Message = dict[str, Any]
+
+
+def on_connect(after: int | None) -> list[Message]:
+    """The messages to send on connect, in order: the missed events, or one snapshot.
+
+    A fixed number of queries, whatever the number of rows.
+    """
+    with _consistent_reads():
+        bounds = Event.objects.aggregate(first=Min("id"), last=Max("id"))
+        if after is not None and _in_log(after, bounds["first"], bounds["last"]):
+            missed = list(serializers.event_rows().filter(id__gt=after)[: MAX_REPLAY + 1])
+            if len(missed) <= MAX_REPLAY:
+                return [event_message(event) for event in missed]
+        return [snapshot(bounds["last"] or 0)]
+
+
+def _in_log(after: int, first: int | None, last: int | None) -> bool:
+    """Whether every event after `after` is still stored: none was pruned below it, and it
+    is not from the future (a client of another database): then a snapshot is needed."""
+    if first is None or last is None:
+        return False  # an empty log may have been pruned: nothing can be replayed
+    return first - 1 <= after <= last
+
+
+def snapshot(last_event_id: int) -> Message:
+    """The current state; it reflects at least every event up to `last_event_id`."""
+    return {
+        "type": "snapshot",
+        "last_event_id": last_event_id,
+        "usage": [serializers.usage_dict(s) for s in serializers.latest_usage_rows()],
+        "jobs": [serializers.job_summary_dict(j) for j in serializers.open_job_rows()],
+        "warm_pools": [serializers.warm_pool_dict(p) for p in serializers.live_pool_rows()],
+    }
+
+
+def event_message(event: Event) -> Message:
+    return {"type": "event", "event": serializers.event_dict(event)}
+
+
+@contextmanager
+def _consistent_reads() -> Iterator[None]:
+    """On PostgreSQL, one REPEATABLE READ transaction: every read sees the same commits,
+    so the snapshot is exactly the state after `last_event_id`.  Elsewhere (SQLite, whose
+    transactions here take the write lock) plain reads: the event bounds are read first,
+    so the state read after them is never older than the id it is stamped with."""
+    if connection.vendor != "postgresql" or connection.in_atomic_block:
+        yield
+        return
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            # Must be the transaction's first statement.
+            cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        yield
