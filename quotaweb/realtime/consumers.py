@@ -29,8 +29,11 @@ class EventsConsumer(AsyncJsonWebsocketConsumer):
         await self.channel_layer.group_discard(GROUP, self.channel_name)
 
     async def quotaweb_broadcast(self, message: dict[str, Any]) -> None:
-        """A message from the broadcaster: forwarded as it is."""
-        await self.send_json(message["payload"])
+        """A message from the broadcaster: its payloads forwarded as they are, in order
+        (the broadcaster packs several per message: see realtime.broadcast)."""
+        payloads = message["payloads"] if "payloads" in message else [message["payload"]]
+        for payload in payloads:
+            await self.send_json(payload)
 
 
 def _after_parameter(query_string: bytes) -> int | None:
