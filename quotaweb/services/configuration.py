@@ -1,0 +1,552 @@
+"""Capacity and quota-share configuration (SPEC.md 1 and 2): the one place where it is
+validated and applied.
+
+Rules: share names are 1-128 of [A-Za-z0-9_-] and unique among live shares; a share has
+1-5 capacity limits on distinct units; for every unit Σ_s L(s,u) ≤ C(u), and a change of
+capacity or of limits that would break this is refused (lowering is always allowed, so a
+configuration that broke when instances were lost can be repaired step by step);
+borrow_limit exists only with LEND_AND_BORROW (-1 or 0..10000, default -1) and switching
+away clears it; max_keep_alive_seconds is 0..3600; a share is deleted only when DISABLED.
+
+The validators read the database and may be called without locks (forms call them to show
+errors early).  The functions that apply a change call them again inside one transaction
+after taking the event lock and locking the capacity rows (and the share's row), so two
+administrators cannot race past the Σ check.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+from django.utils import timezone
+
+from ..models import CapacityLimit, CapacityUnit, Job, QuotaShare, WarmPool
+from ..models.jobs import TERMINAL_STATUSES
+from ..models.shares import ShareState, Strategy
+from ..models.warm_pools import PoolStatus, PoolTermination
+from ..scheduling import events
+from ..scheduling.attempts import end_available_pool
+from . import values
+from .errors import Conflict, FieldErrors, NotFound, Problems, ValidationFailed
+
+SHARE_FIELDS = frozenset({
+    "name", "capacity_limits", "sharing_strategy", "borrow_limit", "in_share_preemption",
+    "state", "max_keep_alive_seconds", "members",
+})
+CAPACITY_FIELDS = ("max_capacity", "warm_pool_limit", "cold_start_seconds",
+                   "warm_start_seconds")
+CAPACITY_DEFAULTS = {"warm_pool_limit": 0, "cold_start_seconds": 60, "warm_start_seconds": 5}
+MAX_LIMITS = 5
+MAX_KEEP_ALIVE_SECONDS = 3600
+MAX_BORROW_LIMIT = 10_000
+UNLIMITED_BORROW = -1
+SHARE_DELETED_REASON = "Quota share deleted"
+STRATEGIES = tuple(Strategy.values)
+STATES = tuple(ShareState.values)
+
+
+class ConfigurationError(ValidationFailed):
+    """An invalid capacity or quota-share configuration (422); `fields` names each field
+    with its problems, so a form, the admin or the API shows them where they belong."""
+
+    def __init__(self, fields: Mapping[str, Sequence[str]], message: str | None = None) -> None:
+        super().__init__(fields, message, code="INVALID_CONFIGURATION")
+
+
+def over_capacity_message(unit: str, total: int, capacity: int, *, known: bool = True) -> str:
+    """SPEC.md 2's refusal, naming the unit and the numbers."""
+    message = (f"Quota shares' limits on {unit} would add up to {total}, "
+               f"above its max_capacity {capacity}.")
+    return message if known else message[:-1] + f" ({unit} is not in the capacity)."
+
+
+# Reading the configuration ------------------------------------------------------------
+
+
+def capacities() -> dict[str, int]:
+    """C(u) for every unit."""
+    return dict(CapacityUnit.objects.values_list("name", "max_capacity"))
+
+
+def limit_totals(*, excluding_share: int | None = None) -> dict[str, int]:
+    """Σ_s L(s,u) over live shares, optionally leaving one share out."""
+    rows = CapacityLimit.objects.filter(quota_share__deleted_at__isnull=True)
+    if excluding_share is not None:
+        rows = rows.exclude(quota_share_id=excluding_share)
+    totals: dict[str, int] = {}
+    for unit, limit in rows.values_list("capacity_unit", "max_capacity"):
+        totals[unit] = totals.get(unit, 0) + limit
+    return totals
+
+
+def current_limits(share: QuotaShare | None) -> dict[str, int]:
+    if share is None or share.pk is None:
+        return {}
+    return dict(share.capacity_limits.values_list("capacity_unit", "max_capacity"))
+
+
+# Validating quota shares ---------------------------------------------------------------
+
+
+def validate_limits(limits: object, share: QuotaShare | None = None) -> list[tuple[str, int]]:
+    """A share's capacity limits: 1-5 entries of {capacity_unit, max_capacity ≥ 0} on
+    distinct units, and Σ L(s,u) ≤ C(u) for every unit whose limit this change raises.
+    Returns [(unit, limit)]; raises ConfigurationError under `capacity_limits`."""
+    problems = Problems()
+    parsed = _parse_limits(problems, limits)
+    if parsed is not None:
+        _check_limit_totals(problems, parsed, share)
+    if problems:
+        raise ConfigurationError(problems.fields)
+    assert parsed is not None
+    return parsed
+
+
+def _parse_limits(problems: Problems, limits: object) -> list[tuple[str, int]] | None:
+    field = "capacity_limits"
+    if not isinstance(limits, list | tuple) or not 1 <= len(limits) <= MAX_LIMITS:
+        problems.add(field, f"A quota share needs 1 to {MAX_LIMITS} capacity limits.")
+        return None
+    parsed: list[tuple[str, int]] = []
+    for index, item in enumerate(limits):
+        pair = _limit_pair(item)
+        if pair is None:
+            problems.add(field, f"capacity_limits[{index}] must be "
+                                "{capacity_unit, max_capacity}.")
+            continue
+        unit, limit = pair
+        inner = Problems()
+        values.pattern(inner, "capacity_unit", unit, values.UNIT, values.UNIT_RULE)
+        values.integer(inner, "max_capacity", limit, 0)
+        for text in (t for texts in inner.fields.values() for t in texts):
+            problems.add(field, f"capacity_limits[{index}]: {text}")
+        if not inner:
+            parsed.append((str(unit), int(limit)))  # type: ignore[call-overload]
+    units = [unit for unit, _ in parsed]
+    for unit in sorted({unit for unit in units if units.count(unit) > 1}):
+        problems.add(field, f"Capacity unit {unit} is listed twice; each unit has one limit.")
+    return None if field in problems else parsed
+
+
+def _limit_pair(item: object) -> tuple[object, object] | None:
+    if isinstance(item, Mapping):
+        if set(item) != {"capacity_unit", "max_capacity"}:
+            return None
+        return item["capacity_unit"], item["max_capacity"]
+    if isinstance(item, list | tuple) and len(item) == 2:
+        return item[0], item[1]
+    return None
+
+
+def _check_limit_totals(
+    problems: Problems, limits: list[tuple[str, int]], share: QuotaShare | None
+) -> None:
+    """Σ L(s,u) ≤ C(u), checked only where this change raises the share's limit."""
+    before = current_limits(share)
+    others = limit_totals(excluding_share=share.pk if share is not None else None)
+    capacity = capacities()
+    for unit, limit in sorted(limits):
+        total = others.get(unit, 0) + limit
+        if limit > before.get(unit, 0) and total > capacity.get(unit, 0):
+            problems.add("capacity_limits", over_capacity_message(
+                unit, total, capacity.get(unit, 0), known=unit in capacity))
+
+
+def validate_share(
+    changes: Mapping[str, Any], share: QuotaShare | None = None, *, with_limits: bool = True
+) -> dict[str, Any]:
+    """Validate creating a share (`share` None) or changing `share`.  Returns the values to
+    store: the changes, with defaults on creation and the borrow_limit that the strategy
+    implies.  With `with_limits` False the capacity limits are left to the caller (the
+    admin validates them in its inline formset, which holds them)."""
+    problems = Problems()
+    values.unknown_fields(problems, changes, SHARE_FIELDS)
+    creating = share is None
+    given = dict(changes)
+    if creating:
+        given = {"in_share_preemption": False, "state": ShareState.ENABLED.value,
+                 "max_keep_alive_seconds": MAX_KEEP_ALIVE_SECONDS, **given}
+        for field in ("name", "sharing_strategy", *(("capacity_limits",) if with_limits else ())):
+            if field not in given:
+                problems.add(field, f"{field} is required.")
+    cleaned = _share_scalars(problems, given, share)
+    if "members" in given:
+        cleaned["members"] = _members(problems, given["members"])
+    if with_limits and "capacity_limits" in given:
+        try:
+            cleaned["capacity_limits"] = validate_limits(given["capacity_limits"], share)
+        except ConfigurationError as error:
+            _merge(problems, error.fields)
+    if problems:
+        raise ConfigurationError(problems.fields)
+    return cleaned
+
+
+def _share_scalars(
+    problems: Problems, given: Mapping[str, Any], share: QuotaShare | None
+) -> dict[str, Any]:
+    cleaned: dict[str, Any] = {}
+    if "name" in given:
+        cleaned["name"] = _share_name(problems, given["name"], share)
+    if "sharing_strategy" in given:
+        cleaned["sharing_strategy"] = values.choice(
+            problems, "sharing_strategy", given["sharing_strategy"], STRATEGIES)
+    if "in_share_preemption" in given:
+        cleaned["in_share_preemption"] = values.boolean(
+            problems, "in_share_preemption", given["in_share_preemption"])
+    if "state" in given:
+        cleaned["state"] = values.choice(problems, "state", given["state"], STATES)
+    if "max_keep_alive_seconds" in given:
+        cleaned["max_keep_alive_seconds"] = values.integer(
+            problems, "max_keep_alive_seconds", given["max_keep_alive_seconds"], 0,
+            MAX_KEEP_ALIVE_SECONDS)
+    strategy = cleaned.get("sharing_strategy") or (share.sharing_strategy if share else None)
+    if "sharing_strategy" in given and cleaned["sharing_strategy"] is None:
+        return cleaned  # the strategy is invalid: borrow_limit cannot be judged
+    borrow = _borrow_limit(problems, given, share, strategy)
+    if borrow is not _UNCHANGED:
+        cleaned["borrow_limit"] = borrow
+    return cleaned
+
+
+_UNCHANGED: Any = object()
+
+
+def _borrow_limit(
+    problems: Problems, given: Mapping[str, Any], share: QuotaShare | None, strategy: str | None
+) -> Any:
+    """borrow_limit only with LEND_AND_BORROW (-1 or 0..10000, default -1); any other
+    strategy reads null, and switching away from LEND_AND_BORROW clears it."""
+    borrows = strategy == Strategy.LEND_AND_BORROW
+    value = given.get("borrow_limit")
+    if value is not None:
+        checked = values.integer(problems, "borrow_limit", value, UNLIMITED_BORROW,
+                                 MAX_BORROW_LIMIT)
+        if strategy is not None and not borrows:
+            problems.add("borrow_limit", f"borrow_limit is only allowed with LEND_AND_BORROW, "
+                                         f"not with {strategy}.")
+        return checked
+    if not borrows:
+        return None if share is None or share.borrow_limit is not None else _UNCHANGED
+    if "borrow_limit" in given or share is None or share.borrow_limit is None:
+        return UNLIMITED_BORROW
+    return _UNCHANGED
+
+
+def _share_name(problems: Problems, name: object, share: QuotaShare | None) -> str | None:
+    checked = values.pattern(problems, "name", name, values.NAME, values.NAME_RULE)
+    if checked is None:
+        return None
+    if share is not None:
+        if checked != share.name:
+            problems.add("name", "A quota share cannot be renamed.")
+            return None
+        return checked
+    if QuotaShare.live.filter(name=checked).exists():
+        problems.add("name", f"A quota share named {checked} already exists.")
+        return None
+    return checked
+
+
+def _members(problems: Problems, members: object) -> list[AbstractBaseUser] | None:
+    """Members by username (API) or as user objects (forms)."""
+    if isinstance(members, str | bytes | Mapping) or not isinstance(members, Iterable):
+        problems.add("members", "members must be a list of usernames.")
+        return None
+    users = get_user_model()
+    items = list(members)
+    objects = [item for item in items if isinstance(item, users)]
+    names = [item for item in items if not isinstance(item, users)]
+    if any(not isinstance(name, str) for name in names):
+        problems.add("members", "members must be a list of usernames.")
+        return None
+    found = {user.get_username(): user for user in users.objects.filter(username__in=names)}
+    missing = sorted(set(names) - set(found))
+    if missing:
+        problems.add("members", f"Unknown user{'s' * (len(missing) > 1)}: {', '.join(missing)}.")
+        return None
+    return [*objects, *found.values()]
+
+
+def _merge(problems: Problems, fields: FieldErrors) -> None:
+    for field, texts in fields.items():
+        for text in texts:
+            problems.add(field, text)
+
+
+# Validating capacity -------------------------------------------------------------------
+
+
+def validate_capacity_unit(
+    changes: Mapping[str, Any], unit: CapacityUnit | None = None, *, prefix: str = ""
+) -> dict[str, Any]:
+    """Validate creating a unit (`unit` None; `name` required) or changing `unit`.
+    Lowering max_capacity below the live shares' Σ limits on it is refused.  Field names
+    in errors start with `prefix` (e.g. "capacity_limits[0]." for a list)."""
+    problems = Problems()
+    allowed = frozenset({"name", *CAPACITY_FIELDS})
+    values.unknown_fields(problems, changes, allowed)
+    given = dict(changes)
+    if unit is None:
+        given = {**CAPACITY_DEFAULTS, **given}
+        for field in ("name", "max_capacity"):
+            if field not in given:
+                problems.add(field, f"{field} is required.")
+    cleaned: dict[str, Any] = {}
+    if "name" in given:
+        cleaned["name"] = _unit_name(problems, given["name"], unit)
+    for field in CAPACITY_FIELDS:
+        if field in given:
+            cleaned[field] = values.integer(problems, field, given[field], 0)
+    new_capacity = cleaned.get("max_capacity")
+    if new_capacity is not None and unit is not None and new_capacity < unit.max_capacity:
+        total = limit_totals().get(unit.name, 0)
+        if total > new_capacity:
+            problems.add("max_capacity", over_capacity_message(unit.name, total, new_capacity))
+    if problems:
+        raise ConfigurationError({prefix + k: v for k, v in problems.fields.items()})
+    return cleaned
+
+
+def _unit_name(problems: Problems, name: object, unit: CapacityUnit | None) -> str | None:
+    checked = values.pattern(problems, "name", name, values.UNIT, values.UNIT_RULE)
+    if checked is None:
+        return None
+    if unit is not None:
+        if checked != unit.name:
+            problems.add("name", "A capacity unit cannot be renamed; add a new one.")
+            return None
+    elif CapacityUnit.objects.filter(name=checked).exists():
+        problems.add("name", f"Capacity unit {checked} already exists.")
+        return None
+    return checked
+
+
+def validate_unit_removal(unit: CapacityUnit, *, field: str = "name") -> None:
+    """A unit can go only when no live share has a limit above 0 on it."""
+    total = limit_totals().get(unit.name, 0)
+    if total > 0:
+        raise ConfigurationError({field: [
+            over_capacity_message(unit.name, total, 0)[:-1] + " if it were removed; "
+            "lower the limits first."
+        ]})
+
+
+def validate_capacity(units: object) -> list[dict[str, Any]]:
+    """A whole capacity (API.md PUT /capacity): a list of
+    {capacity_unit, max_capacity, warm_pool_limit, cold_start_seconds, warm_start_seconds}
+    with distinct units.  Returns the units as model field values."""
+    if not isinstance(units, list | tuple):
+        raise ConfigurationError({"capacity_limits": ["capacity_limits must be a list."]})
+    existing = {unit.name: unit for unit in CapacityUnit.objects.all()}
+    problems = Problems()
+    cleaned: list[dict[str, Any]] = []
+    for index, item in enumerate(units):
+        prefix = f"capacity_limits[{index}]."
+        if not isinstance(item, Mapping) or "capacity_unit" not in item:
+            problems.add(f"capacity_limits[{index}]",
+                         "Each entry needs capacity_unit and max_capacity.")
+            continue
+        body = {("name" if key == "capacity_unit" else key): value for key, value in item.items()}
+        if "max_capacity" not in body:
+            problems.add(prefix + "max_capacity", "max_capacity is required.")
+            continue
+        # PUT replaces: a figure left out takes its default, for old and new units alike.
+        body = {**CAPACITY_DEFAULTS, **body}
+        name = body["name"]
+        unit = existing.get(name) if isinstance(name, str) else None
+        try:
+            entry = validate_capacity_unit(body, unit, prefix=prefix)
+        except ConfigurationError as error:
+            _merge(problems, {k.replace(prefix + "name", prefix + "capacity_unit"): v
+                              for k, v in error.fields.items()})
+            continue
+        cleaned.append(entry)
+    names = [entry["name"] for entry in cleaned]
+    for name in sorted({name for name in names if names.count(name) > 1}):
+        problems.add("capacity_limits", f"Capacity unit {name} is listed twice.")
+    for name, unit in sorted(existing.items()):
+        if name not in names and not problems:
+            try:
+                validate_unit_removal(unit, field="capacity_limits")
+            except ConfigurationError as error:
+                _merge(problems, error.fields)
+    if problems:
+        raise ConfigurationError(problems.fields)
+    return cleaned
+
+
+# Applying changes ----------------------------------------------------------------------
+
+
+def _lock_configuration() -> dict[str, CapacityUnit]:
+    """Take the event lock, then lock every capacity row (in name order, so two writers
+    never deadlock): whoever checks Σ limits next sees this transaction's result."""
+    events.lock_events()
+    return {unit.name: unit for unit in CapacityUnit.objects.select_for_update().order_by("name")}
+
+
+def _lock_share(share: QuotaShare | int) -> QuotaShare:
+    pk = share.pk if isinstance(share, QuotaShare) else share
+    locked = QuotaShare.live.select_for_update().filter(pk=pk).first()
+    if locked is None:
+        raise NotFound(f"Quota share {getattr(share, 'name', pk)} does not exist.")
+    return locked
+
+
+def create_share(**fields: Any) -> QuotaShare:
+    """Create a quota share with its limits and members; SHARE_UPDATED lists its fields."""
+    with transaction.atomic():
+        _lock_configuration()
+        cleaned = validate_share(fields)
+        limits = cleaned.pop("capacity_limits")
+        members = cleaned.pop("members", None)
+        share = QuotaShare.objects.create(**cleaned)
+        _replace_limits(share, limits)
+        if members:
+            share.members.set(members)
+        events.record("SHARE_UPDATED", quota_share=share.name,
+                      details={"fields": sorted((SHARE_FIELDS - {"members"}) | set(fields))})
+    return share
+
+
+def update_share(share: QuotaShare, **changes: Any) -> QuotaShare:
+    """Change a live share's fields; SHARE_UPDATED lists the fields the change set."""
+    with transaction.atomic():
+        _lock_configuration()
+        locked = _lock_share(share)
+        if not changes:
+            return locked
+        cleaned = validate_share(changes, locked)
+        limits = cleaned.pop("capacity_limits", None)
+        members = cleaned.pop("members", None)
+        for field, value in cleaned.items():
+            setattr(locked, field, value)
+        locked.save()
+        if limits is not None:
+            _replace_limits(locked, limits)
+        if members is not None:
+            locked.members.set(members)
+        events.record("SHARE_UPDATED", quota_share=locked.name,
+                      details={"fields": sorted(set(changes) - {"name"})})
+    return locked
+
+
+def _replace_limits(share: QuotaShare, limits: list[tuple[str, int]]) -> None:
+    share.capacity_limits.exclude(capacity_unit__in=[unit for unit, _ in limits]).delete()
+    for unit, limit in limits:
+        CapacityLimit.objects.update_or_create(
+            quota_share=share, capacity_unit=unit, defaults={"max_capacity": limit})
+
+
+def delete_share(share: QuotaShare, *, now: datetime | None = None) -> QuotaShare:
+    """Delete a DISABLED share (SPEC.md 2): its remaining jobs are terminated (FAILED,
+    `Quota share deleted`), the pools they run on and its Available pools end (USER), and
+    its name is free again.  The row stays so that its jobs, events and usage stay
+    readable."""
+    from .jobs import end_job  # jobs imports this module's errors; avoid the cycle
+
+    now = now or timezone.now()
+    with transaction.atomic():
+        events.lock_events()
+        locked = _lock_share(share)
+        if locked.state != ShareState.DISABLED:
+            raise Conflict("SHARE_NOT_DISABLED", f"Quota share {locked.name} is "
+                           f"{locked.state}; disable it before deleting it.")
+        remaining = Job.objects.select_for_update().select_related("quota_share").filter(
+            quota_share=locked).exclude(status__in=TERMINAL_STATUSES).order_by("id")
+        for job in remaining:
+            end_job(job, SHARE_DELETED_REASON, now, pool_ends_with_share=True)
+        pools = WarmPool.objects.select_for_update().select_related("owner__quota_share")
+        for pool in pools.filter(quota_share=locked, status=PoolStatus.AVAILABLE).order_by("id"):
+            end_available_pool(pool, PoolTermination.USER, now)
+        locked.deleted_at = now
+        locked.save(update_fields=["deleted_at", "updated_at"])
+        events.record("SHARE_DELETED", quota_share=locked.name, time=now)
+    return locked
+
+
+def create_capacity_unit(**fields: Any) -> CapacityUnit:
+    """Add a capacity unit; CAPACITY_UPDATED names it."""
+    with transaction.atomic():
+        _lock_configuration()
+        cleaned = validate_capacity_unit(fields)
+        unit = CapacityUnit.objects.create(**cleaned)
+        events.record("CAPACITY_UPDATED", details={"capacity_unit": unit.name})
+    return unit
+
+
+def update_capacity_unit(unit: CapacityUnit | str, **changes: Any) -> CapacityUnit:
+    """Change one unit's figures; lowering max_capacity below Σ limits is refused."""
+    name = unit.name if isinstance(unit, CapacityUnit) else unit
+    with transaction.atomic():
+        locked = _lock_configuration().get(name)
+        if locked is None:
+            raise NotFound(f"Capacity unit {name} does not exist.")
+        if not changes:
+            return locked
+        cleaned = validate_capacity_unit(changes, locked)
+        for field, value in cleaned.items():
+            setattr(locked, field, value)
+        locked.save()
+        events.record("CAPACITY_UPDATED", details={"capacity_unit": locked.name})
+    return locked
+
+
+def delete_capacity_unit(unit: CapacityUnit | str) -> None:
+    """Remove a unit that no live share has a limit on (above 0)."""
+    name = unit.name if isinstance(unit, CapacityUnit) else unit
+    with transaction.atomic():
+        locked = _lock_configuration().get(name)
+        if locked is None:
+            raise NotFound(f"Capacity unit {name} does not exist.")
+        validate_unit_removal(locked)
+        locked.delete()
+        events.record("CAPACITY_UPDATED", details={"capacity_unit": name})
+
+
+def set_capacity(units: object) -> list[CapacityUnit]:
+    """Replace the whole capacity (API.md PUT /capacity).  Units that are new, changed or
+    removed each get a CAPACITY_UPDATED event, in name order."""
+    with transaction.atomic():
+        existing = _lock_configuration()
+        wanted = {entry["name"]: entry for entry in validate_capacity(units)}
+        changed: list[str] = []
+        for name, unit in existing.items():
+            if name not in wanted:
+                unit.delete()
+                changed.append(name)
+        for name, entry in wanted.items():
+            unit = existing.get(name)
+            if unit is None:
+                CapacityUnit.objects.create(**entry)
+                changed.append(name)
+            elif any(getattr(unit, key) != value for key, value in entry.items()):
+                for key, value in entry.items():
+                    setattr(unit, key, value)
+                unit.save()
+                changed.append(name)
+        events.record_all([events.event("CAPACITY_UPDATED", details={"capacity_unit": name})
+                           for name in sorted(changed)])
+        return list(CapacityUnit.objects.order_by("name"))
+
+
+__all__ = [
+    "ConfigurationError",
+    "create_capacity_unit",
+    "create_share",
+    "delete_capacity_unit",
+    "delete_share",
+    "set_capacity",
+    "update_capacity_unit",
+    "update_share",
+    "validate_capacity",
+    "validate_capacity_unit",
+    "validate_limits",
+    "validate_share",
+]

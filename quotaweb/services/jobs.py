@@ -1,0 +1,449 @@
+"""User actions on jobs (SPEC.md 4 and 6): submit, change priority, terminate, change
+keep-alive.  Each runs in one transaction that takes the event lock first, re-reads the
+job under a row lock, and writes its event, so it is serialised with the scheduling cycle
+(whose compare-and-swap guards then see the change and roll back a stale plan).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from scheduler.lifecycle import Outcome, keep_alive_expiry, leaves_warm_pool
+
+from ..models import Attempt, Job, QuotaShare, WarmPool, WarmPoolSegment
+from ..models.jobs import ACTIVE_STATUSES, Executor, JobStatus
+from ..models.shares import ShareState
+from ..models.warm_pools import PoolStatus, PoolTermination
+from ..scheduling import events
+from ..scheduling.attempts import end_available_pool, end_pool_instances, settle
+from ..scheduling.clock import from_engine
+from . import values
+from .errors import Conflict, Forbidden, NotFound, Problems, ValidationFailed
+from .permissions import can_write_share
+
+User = AbstractBaseUser | AnonymousUser
+
+MAX_PRIORITY = 9999
+MAX_RETRY_ATTEMPTS = 10
+MAX_CLIENT_TOKEN = 64
+DEFAULT_TERMINATE_REASON = "Terminated by user"
+
+# Every field a submission may carry (API.md POST /jobs), with its default.
+SUBMISSION_DEFAULTS: dict[str, Any] = {
+    "priority": 0,
+    "instance_count": 1,
+    "keep_alive_seconds": 0,
+    "role": "",
+    "volume_size_gb": 0,
+    "volume_kms_key_id": "",
+    "security_group_ids": [],
+    "subnets": [],
+    "enable_network_isolation": False,
+    "enable_inter_container_traffic_encryption": False,
+    "retry_attempts": 1,
+    "preemption_retries_before_termination": None,
+    "max_runtime_seconds": 86_400,
+    "environment": {},
+    "command": None,
+    "duration_seconds": None,
+    "client_token": None,
+}
+SUBMISSION_FIELDS = frozenset({"name", "quota_share", "instance_type", *SUBMISSION_DEFAULTS})
+
+
+# Submitting ----------------------------------------------------------------------------
+
+
+def request_fingerprint(fields: Mapping[str, Any]) -> str:
+    """sha256 of the canonical JSON of a submission (defaults filled in, client_token
+    left out), so that a repeat with the same meaning is recognised as the same request."""
+    body = {**SUBMISSION_DEFAULTS, **fields}
+    body.pop("client_token", None)
+    if isinstance(body.get("quota_share"), QuotaShare):
+        body["quota_share"] = body["quota_share"].name
+    if body.get("command") == "":
+        body["command"] = None
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def submit_job(user: User | None, **fields: Any) -> tuple[Job, bool]:
+    """Submit a job for `user` (None: the system, no permission check and no client_token).
+
+    Returns (job, created).  With a client_token, the same user repeating the same request
+    gets the first job back (created False); the same token with other fields is a
+    Conflict.  Concurrent repeats make one job: the unique constraint
+    `one_job_per_client_token` decides, and the loser fetches the winner's job.
+    """
+    token = _client_token(user, fields.get("client_token"))
+    fingerprint = request_fingerprint(fields)
+    if token is not None:
+        existing = _job_for_token(user, token)
+        if existing is not None:
+            return _repeat(existing, fingerprint), False
+    with transaction.atomic():
+        events.lock_events()
+        share = _share_for(fields.get("quota_share"))
+        if user is not None and not can_write_share(user, share):
+            raise Forbidden(f"Only members of quota share {share.name} and administrators "
+                            "may submit jobs to it.")
+        cleaned = validate_submission(fields, share)
+        if share.state == ShareState.DISABLED:
+            raise Conflict("SHARE_DISABLED",
+                           f"Quota share {share.name} is DISABLED and accepts no new jobs.")
+        try:
+            with transaction.atomic():  # a savepoint: the outer transaction survives a clash
+                job = Job.objects.create(
+                    **cleaned, quota_share=share, submitted_by=_stored_user(user),
+                    request_fingerprint=fingerprint,
+                    executor=Executor.LOCAL if cleaned["command"] else Executor.SIMULATED,
+                )
+        except IntegrityError:
+            existing = _job_for_token(user, token) if token is not None else None
+            if existing is None:
+                raise
+            return _repeat(existing, fingerprint), False
+        events.record("SUBMITTED", job=job, time=job.created_at)
+    return job, True
+
+
+def _client_token(user: User | None, token: object) -> str | None:
+    if token is None:
+        return None
+    problems = Problems()
+    checked = values.text(problems, "client_token", token, min_length=1,
+                          max_length=MAX_CLIENT_TOKEN)
+    if checked is not None and _stored_user(user) is None:
+        problems.add("client_token", "client_token needs a signed-in user: it is kept per "
+                                     "submitting user.")
+    if problems:
+        raise ValidationFailed(problems.fields)
+    return checked
+
+
+def _stored_user(user: User | None) -> AbstractBaseUser | None:
+    return user if isinstance(user, AbstractBaseUser) else None
+
+
+def _job_for_token(user: User | None, token: str) -> Job | None:
+    return Job.objects.filter(submitted_by=_stored_user(user), client_token=token).first()
+
+
+def _repeat(existing: Job, fingerprint: str) -> Job:
+    if existing.request_fingerprint != fingerprint:
+        raise Conflict("CLIENT_TOKEN_REUSED",
+                       f"client_token {existing.client_token} was already used for job "
+                       f"{existing.pk} with different fields.")
+    return existing
+
+
+def _share_for(value: object) -> QuotaShare:
+    name = value.name if isinstance(value, QuotaShare) else value
+    if not isinstance(name, str) or not name:
+        raise ValidationFailed({"quota_share": ["quota_share is required."]})
+    share = QuotaShare.live.filter(name=name).first()
+    if share is None:
+        raise ValidationFailed({"quota_share": [f"Quota share {name} does not exist."]})
+    return share
+
+
+def validate_submission(fields: Mapping[str, Any], share: QuotaShare) -> dict[str, Any]:
+    """SPEC.md 4's submission rules; returns the Job field values (defaults filled in).
+    Raises ValidationFailed naming every field with a problem."""
+    problems = Problems()
+    values.unknown_fields(problems, fields, SUBMISSION_FIELDS)
+    given = {**SUBMISSION_DEFAULTS, **fields}
+    given.pop("quota_share", None)
+    cleaned: dict[str, Any] = {}
+    for field in ("name", "instance_type"):
+        if field not in given:
+            problems.add(field, f"{field} is required.")
+    if "name" in given:
+        cleaned["name"] = values.pattern(problems, "name", given["name"], values.NAME,
+                                         values.NAME_RULE)
+    if "instance_type" in given:
+        cleaned["instance_type"] = _instance_type(problems, given["instance_type"], share)
+    cleaned.update(_numbers(problems, given, share))
+    cleaned.update(_match_attributes(problems, given))
+    cleaned.update(_workload(problems, given))
+    cleaned["client_token"] = given["client_token"]
+    if problems:
+        raise ValidationFailed(problems.fields)
+    return cleaned
+
+
+def _instance_type(problems: Problems, value: object, share: QuotaShare) -> str | None:
+    units = sorted(share.capacity_limits.values_list("capacity_unit", flat=True))
+    if not isinstance(value, str) or value not in units:
+        shown = value if isinstance(value, str) else type(value).__name__
+        problems.add("instance_type", f"Quota share {share.name} has no capacity limit for "
+                                      f"{shown}; use one of {', '.join(units)}.")
+        return None
+    return value
+
+
+def _numbers(problems: Problems, given: Mapping[str, Any], share: QuotaShare) -> dict[str, Any]:
+    cleaned = {
+        "priority": values.integer(problems, "priority", given["priority"], 0, MAX_PRIORITY),
+        "instance_count": values.integer(problems, "instance_count", given["instance_count"], 1),
+        "retry_attempts": values.integer(problems, "retry_attempts", given["retry_attempts"],
+                                         1, MAX_RETRY_ATTEMPTS),
+        "max_runtime_seconds": values.integer(problems, "max_runtime_seconds",
+                                              given["max_runtime_seconds"], 1),
+        "preemption_retries_before_termination": None,
+        "keep_alive_seconds": keep_alive_within_cap(
+            problems, given["keep_alive_seconds"], share),
+    }
+    retries = given["preemption_retries_before_termination"]
+    if retries is not None:
+        cleaned["preemption_retries_before_termination"] = values.integer(
+            problems, "preemption_retries_before_termination", retries, 0)
+    return cleaned
+
+
+def keep_alive_within_cap(problems: Problems, value: object, share: QuotaShare) -> int | None:
+    """keep_alive_seconds is 0..the share's max_keep_alive_seconds (SPEC.md 2)."""
+    checked = values.integer(problems, "keep_alive_seconds", value, 0)
+    if checked is not None and checked > share.max_keep_alive_seconds:
+        problems.add("keep_alive_seconds", f"keep_alive_seconds {checked} is above quota share "
+                                           f"{share.name}'s cap of "
+                                           f"{share.max_keep_alive_seconds}.")
+        return None
+    return checked
+
+
+def _match_attributes(problems: Problems, given: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "role": values.text(problems, "role", given["role"], max_length=256),
+        "volume_size_gb": values.integer(problems, "volume_size_gb", given["volume_size_gb"], 0),
+        "volume_kms_key_id": values.text(problems, "volume_kms_key_id",
+                                         given["volume_kms_key_id"], max_length=256),
+        "security_group_ids": values.string_list(problems, "security_group_ids",
+                                                 given["security_group_ids"]),
+        "subnets": values.string_list(problems, "subnets", given["subnets"]),
+        "enable_network_isolation": values.boolean(
+            problems, "enable_network_isolation", given["enable_network_isolation"]),
+        "enable_inter_container_traffic_encryption": values.boolean(
+            problems, "enable_inter_container_traffic_encryption",
+            given["enable_inter_container_traffic_encryption"]),
+    }
+
+
+def _workload(problems: Problems, given: Mapping[str, Any]) -> dict[str, Any]:
+    """Exactly one of command (local executor) and duration_seconds (simulated)."""
+    command, duration = given["command"], given["duration_seconds"]
+    has_command = command is not None and command != ""
+    if has_command == (duration is not None):
+        message = ("Give either command or duration_seconds, not both." if has_command else
+                   "Give command (local executor) or duration_seconds (simulated executor).")
+        problems.add("command", message)
+        problems.add("duration_seconds", message)
+    cleaned: dict[str, Any] = {
+        "command": "",
+        "duration_seconds": None,
+        "environment": values.environment(problems, "environment", given["environment"]),
+    }
+    if has_command:
+        checked = values.text(problems, "command", command, max_length=100_000)
+        if checked is not None and not checked.strip():
+            problems.add("command", "command must not be blank.")
+        cleaned["command"] = checked or ""
+    if duration is not None:
+        cleaned["duration_seconds"] = values.integer(problems, "duration_seconds", duration, 0)
+    return cleaned
+
+
+# Changing a job ------------------------------------------------------------------------
+
+
+def _locked_job(job: Job | int, by: User | None) -> Job:
+    """Re-read the job under a row lock (the caller holds the event lock), and check that
+    `by`, when given, may change it."""
+    pk = job.pk if isinstance(job, Job) else job
+    locked = Job.objects.select_for_update().select_related("quota_share").filter(pk=pk).first()
+    if locked is None:
+        raise NotFound(f"Job {pk} does not exist.")
+    if by is not None and not can_write_share(by, locked.quota_share):
+        raise Forbidden(f"Only members of quota share {locked.quota_share.name} and "
+                        "administrators may change its jobs.")
+    return locked
+
+
+def _refuse_terminal(job: Job, action: str) -> None:
+    if job.is_terminal:
+        raise Conflict("JOB_TERMINAL", f"Job {job.pk} is {job.status}; its {action} can no "
+                                       "longer be changed.")
+
+
+def validate_priority(priority: object) -> int:
+    problems = Problems()
+    checked = values.integer(problems, "priority", priority, 0, MAX_PRIORITY)
+    if problems:
+        raise ValidationFailed(problems.fields)
+    assert checked is not None
+    return checked
+
+
+def update_priority(job: Job | int, priority: object, *, by: User | None = None) -> Job:
+    """Change a non-terminal job's priority; it counts from the next cycle."""
+    checked = validate_priority(priority)
+    with transaction.atomic():
+        events.lock_events()
+        locked = _locked_job(job, by)
+        _refuse_terminal(locked, "priority")
+        locked.priority = checked
+        locked.save(update_fields=["priority"])
+        events.record("PRIORITY_UPDATED", job=locked, details={"priority": checked})
+    return locked
+
+
+def terminate_job(
+    job: Job | int, reason: object = DEFAULT_TERMINATE_REASON, *, by: User | None = None
+) -> Job:
+    """Terminate a job that is not terminal: FAILED with `reason`, its attempt TERMINATED
+    (the executor is asked to stop it), and, if it was RUNNING, its instances may stay
+    warm (SPEC.md 6, Creation)."""
+    problems = Problems()
+    text = values.text(problems, "reason", DEFAULT_TERMINATE_REASON if reason in (None, "")
+                       else reason, max_length=1000)
+    if problems or text is None:
+        raise ValidationFailed(problems.fields)
+    with transaction.atomic():
+        events.lock_events()
+        locked = _locked_job(job, by)
+        if locked.is_terminal:
+            raise Conflict("JOB_TERMINAL", f"Job {locked.pk} is already {locked.status}.")
+        return end_job(locked, text, timezone.now())
+
+
+def end_job(job: Job, reason: str, now: datetime, *, pool_ends_with_share: bool = False) -> Job:
+    """End a locked, non-terminal job as a terminate does (the caller holds the event lock).
+
+    With `pool_ends_with_share` (its share is being deleted) the job leaves no pool and a
+    pool it runs on ends with reason USER, as the simulator's delete_share does.
+    """
+    was_running = job.status == JobStatus.RUNNING
+    attempt = _open_attempt(job) if job.status in ACTIVE_STATUSES else None
+    if attempt is not None:
+        Attempt.objects.filter(pk=attempt.pk).update(
+            outcome=Outcome.TERMINATED.value, stopped_at=now, status_reason=reason,
+            stop_requested_at=now, kill_at=now,
+        )
+        if pool_ends_with_share:
+            _end_reused_pool(job, attempt, now)
+    events.record("TERMINATED", job=job, time=now, details={"reason": reason})
+    if attempt is not None and not pool_ends_with_share:
+        release_after_terminate(job, attempt, was_running, now)
+    Job.objects.filter(pk=job.pk).update(
+        status=JobStatus.FAILED, status_reason=reason, instances=[], pending_code=None,
+        stopped_at=now,
+    )
+    job.refresh_from_db()
+    return job
+
+
+def _open_attempt(job: Job) -> Attempt | None:
+    return (Attempt.objects.select_related("warm_pool", "job")
+            .filter(job=job, outcome__isnull=True).order_by("-number").first())
+
+
+def release_after_terminate(
+    job: Job, attempt: Attempt, was_running: bool, at: datetime | None = None
+) -> None:
+    """What a terminated job's instances become (scheduler.lifecycle): a user's terminate
+    while RUNNING leaves a warm pool when the job has a keep-alive and the unit's
+    warm_pool_limit allows it; a reused pool that is not left ends (EXPIRED)."""
+    leaves = leaves_warm_pool(Outcome.TERMINATED, None, False, was_running)
+    settle(job, attempt, at or timezone.now(), leaves=leaves)
+
+
+def _end_reused_pool(job: Job, attempt: Attempt, now: datetime) -> None:
+    pool = attempt.warm_pool if attempt.warm_start else None
+    if pool is None or pool.status == PoolStatus.TERMINATED:
+        return
+    end_pool_instances(pool, PoolTermination.USER, now)
+    WarmPoolSegment.objects.update_or_create(job=job, defaults={
+        "pool": pool, "status": PoolStatus.TERMINATED,
+        "keep_alive_seconds": job.keep_alive_seconds,
+        "termination_reason": PoolTermination.USER.value,
+    })
+    events.record("WARM_POOL_TERMINATED", job=job, time=now,
+                  details={"reason": PoolTermination.USER.value})
+
+
+# Keep-alive ----------------------------------------------------------------------------
+
+
+def update_keep_alive(job: Job | int, seconds: object, *, by: User | None = None) -> Job:
+    """Change a job's keep_alive_seconds (SPEC.md 6, Changes).  While the job is not
+    terminal it changes what the job will leave; while its pool is Available the expiry
+    becomes available_since + seconds, and an expiry now or in the past ends the pool
+    (USER).  Above the share's cap is a validation error; otherwise a Conflict."""
+    with transaction.atomic():
+        events.lock_events()
+        locked = _locked_job(job, by)
+        problems = Problems()
+        checked = keep_alive_within_cap(problems, seconds, locked.quota_share)
+        if problems or checked is None:
+            raise ValidationFailed(problems.fields)
+        now = timezone.now()
+        if not locked.is_terminal:
+            _keep_alive_of_live_job(locked, checked, now)
+        else:
+            _keep_alive_of_available_pool(locked, checked, now)
+    locked.refresh_from_db()
+    return locked
+
+
+def _keep_alive_of_live_job(job: Job, seconds: int, now: datetime) -> None:
+    job.keep_alive_seconds = seconds
+    job.save(update_fields=["keep_alive_seconds"])
+    WarmPoolSegment.objects.filter(job=job, status=PoolStatus.IN_USE).update(
+        keep_alive_seconds=seconds)
+    events.record("WARM_POOL_UPDATED", job=job, time=now,
+                  details={"keep_alive_seconds": seconds, "expires_at": None})
+
+
+def _keep_alive_of_available_pool(job: Job, seconds: int, now: datetime) -> None:
+    segment = WarmPoolSegment.objects.filter(job=job, status=PoolStatus.AVAILABLE).first()
+    pool = (WarmPool.objects.select_for_update().select_related("owner__quota_share")
+            .filter(owner=job, status=PoolStatus.AVAILABLE).first())
+    if segment is None or pool is None or pool.available_since is None:
+        raise Conflict("JOB_TERMINAL", f"Job {job.pk} is {job.status} and has no Available "
+                                       "warm pool whose keep-alive could change.")
+    expires_at = from_engine(keep_alive_expiry(pool.available_since.timestamp(), seconds))
+    WarmPoolSegment.objects.filter(pk=segment.pk).update(
+        keep_alive_seconds=seconds, expires_at=expires_at)
+    WarmPool.objects.filter(pk=pool.pk).update(expires_at=expires_at)
+    Job.objects.filter(pk=job.pk).update(keep_alive_seconds=seconds)
+    events.record("WARM_POOL_UPDATED", job=job, time=now,
+                  details={"keep_alive_seconds": seconds, "expires_at": iso(expires_at)})
+    if expires_at <= now:
+        pool.refresh_from_db()
+        end_available_pool(pool, PoolTermination.USER, now)
+
+
+def iso(moment: datetime) -> str:
+    """API.md's time format: ISO 8601 UTC with a Z."""
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+__all__ = [
+    "end_job",
+    "release_after_terminate",
+    "request_fingerprint",
+    "submit_job",
+    "terminate_job",
+    "update_keep_alive",
+    "update_priority",
+    "validate_priority",
+    "validate_submission",
+]
