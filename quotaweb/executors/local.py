@@ -1,0 +1,312 @@
+"""The local executor: an attempt's `command` runs as `/bin/sh -c command` in its own
+process group on the host that claimed it, like a container on an instance.
+
+- **Environment.** Only a few harmless variables of the server pass through (PASSED_THROUGH:
+  PATH, HOME, locale...), never its secrets (SECRET_KEY, DATABASE_URL...); then the job's
+  `environment`; then QUOTAWEB_JOB_ID, QUOTAWEB_ATTEMPT, QUOTAWEB_INSTANCE_COUNT and the
+  warm-pool cache directory as QUOTAWEB_WARMPOOL_CACHE_DIRECTORY and
+  SAGEMAKER_MANAGED_WARMPOOL_CACHE_DIRECTORY (SPEC.md 6, Cache), which a job cannot
+  override.  It runs in a directory of its own under WORK_DIR/runs.
+- **Output.** stdout and stderr go, merged as with `2>&1`, straight into the attempt's log
+  file (so output is never lost while the supervisor is busy); the supervisor tails the
+  file and ships its lines to LogLine rows (stream "stdout").
+- **End.** The command is the attempt: when it exits, whatever it left running in its
+  process group is killed, as a container's processes are when its main process ends.
+
+`start_attempt` is what a launcher calls; the process then belongs to this process's
+Supervisor (quotaweb.executors.supervisor), which must stay alive as long as it runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.db import transaction
+from django.utils import timezone
+
+from scheduler.lifecycle import Failure, Outcome
+
+from ..models import Attempt, LogLine
+from ..models.jobs import Executor, JobStatus
+from ..scheduling import events, transitions
+from ..scheduling.attempts import AttemptAlreadyEnded, finish_attempt
+from .paths import attempt_cache_directory, attempt_log_path, work_dir
+
+log = logging.getLogger(__name__)
+
+SHELL = "/bin/sh"
+# Attempt.pid while the host that claimed the attempt is starting its process: not null, so
+# no other host claims it; never a real pid.
+CLAIMED = 0
+PASSED_THROUGH = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ",
+                  "TMPDIR")
+CACHE_VARIABLES = ("QUOTAWEB_WARMPOOL_CACHE_DIRECTORY",
+                   "SAGEMAKER_MANAGED_WARMPOOL_CACHE_DIRECTORY")
+MAX_LINE_BYTES = 16_384  # a longer line is shipped in pieces
+READ_BYTES = 1 << 20  # read at most this much of a log per poll, so one chatty job cannot stall
+
+
+def run_directory(attempt: Attempt) -> Path:
+    return work_dir() / "runs" / f"job-{attempt.job_id}" / f"attempt-{attempt.number}"
+
+
+def job_environment(attempt: Attempt, cache_directory: Path | None) -> dict[str, str]:
+    job = attempt.job
+    environment = {name: os.environ[name] for name in PASSED_THROUGH if name in os.environ}
+    environment.setdefault("PATH", os.defpath)
+    environment.update({str(k): str(v) for k, v in (job.environment or {}).items()})
+    environment.update({
+        "QUOTAWEB_JOB_ID": str(job.pk),
+        "QUOTAWEB_ATTEMPT": str(attempt.number),
+        "QUOTAWEB_INSTANCE_COUNT": str(job.instance_count),
+    })
+    if cache_directory is not None:
+        environment.update(dict.fromkeys(CACHE_VARIABLES, str(cache_directory)))
+    return environment
+
+
+class LogTail:
+    """Follows a log file that a process writes, turning complete lines into LogLine rows."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+        self.partial = b""
+        self.pending: list[str] = []  # read but not yet stored (kept when a write fails)
+        self.shipped = 0  # the number of the last stored line
+
+    def read(self, *, final: bool = False) -> bool:
+        """Move what the file gained into `pending`; False when it had nothing new."""
+        try:
+            with self.path.open("rb") as file:
+                file.seek(self.offset)
+                chunk = file.read(READ_BYTES)
+        except FileNotFoundError:
+            chunk = b""
+        self.offset += len(chunk)
+        pieces = (self.partial + chunk).split(b"\n")
+        self.partial = pieces.pop()
+        while len(self.partial) >= MAX_LINE_BYTES:
+            pieces.append(self.partial[:MAX_LINE_BYTES])
+            self.partial = self.partial[MAX_LINE_BYTES:]
+        if final and not chunk and self.partial:
+            pieces.append(self.partial)
+            self.partial = b""
+        self.pending.extend(_text(piece) for piece in pieces)
+        return bool(chunk) or bool(pieces)
+
+    def ship(self, attempt_id: int) -> int:
+        """Store the pending lines; ignore_conflicts makes a retry after a failure that
+        happened past the commit harmless (the numbers are the same)."""
+        if not self.pending:
+            return 0
+        now = timezone.now()
+        LogLine.objects.bulk_create([
+            LogLine(attempt_id=attempt_id, number=self.shipped + index, time=now, text=text)
+            for index, text in enumerate(self.pending, start=1)
+        ], ignore_conflicts=True)
+        count = len(self.pending)
+        self.shipped += count
+        self.pending = []
+        return count
+
+
+def _text(line: bytes) -> str:
+    # PostgreSQL text cannot hold NUL; \r of CRLF output is noise in a log view.
+    return line.decode("utf-8", errors="replace").rstrip("\r").replace("\x00", "\ufffd")
+
+
+@dataclass
+class Stop:
+    """A stop in progress: SIGTERM sent, SIGKILL due at `deadline`."""
+
+    deadline: datetime
+    max_runtime: bool = False
+    killed: bool = False
+
+
+@dataclass
+class LocalProcess:
+    """One attempt's command, started by this process (only it can wait for it)."""
+
+    attempt_id: int
+    popen: subprocess.Popen[bytes]
+    log: LogTail
+    max_runtime_seconds: float
+    cache_directory: Path | None
+    started: float = field(default_factory=time.monotonic)
+    stop: Stop | None = None
+    exit_code: int | None = None
+    platform_failure: str | None = None  # set when the executor, not the job, failed it
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def has_exited(self) -> bool:
+        """Whether the command ended.  WNOWAIT leaves it a zombie until `reap`, so its
+        process group id cannot be reused before the group is killed."""
+        if self.popen.returncode is not None:
+            return True
+        try:
+            state = os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            # Someone else reaped it: Popen would then report exit code 0, a lie.
+            self.platform_failure = self.platform_failure or "The command's exit status was lost"
+            return True
+        return state is not None and state.si_pid != 0
+
+    def signal_group(self, signum: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, signum)
+
+    def runtime_exceeded(self) -> bool:
+        return time.monotonic() - self.started > self.max_runtime_seconds
+
+    def begin_stop(self, deadline: datetime, *, max_runtime: bool = False) -> None:
+        self.stop = Stop(deadline, max_runtime)
+        self.signal_group(signal.SIGTERM)
+
+    def kill(self) -> None:
+        if self.stop is not None:
+            self.stop.killed = True
+        self.signal_group(signal.SIGKILL)
+
+    def reap(self) -> int:
+        """Kill what the command left in its group, collect its status: the shell's
+        convention, 128 + n for a death by signal n."""
+        self.signal_group(signal.SIGKILL)
+        code = self.popen.wait()
+        self.exit_code = code if code >= 0 else 128 - code
+        return self.exit_code
+
+    def ending(self) -> tuple[Outcome, Failure | None, str | None]:
+        """How the attempt ends, by why the command ended."""
+        if self.platform_failure is not None:
+            return Outcome.FAILED, Failure.PLATFORM_ERROR, self.platform_failure
+        if self.stop is not None and self.stop.max_runtime:
+            return Outcome.FAILED, Failure.ALGORITHM_ERROR, "MAX_RUNTIME_EXCEEDED"
+        if self.exit_code == 0:
+            return Outcome.SUCCEEDED, None, None
+        return Outcome.FAILED, Failure.ALGORITHM_ERROR, f"Exit code {self.exit_code}"
+
+
+def spawn(attempt: Attempt) -> LocalProcess:
+    """Start the attempt's command (the attempt is loaded with its job and warm pool)."""
+    job = attempt.job
+    log_path = Path(attempt.log_path) if attempt.log_path else attempt_log_path(attempt)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    cache_directory = attempt_cache_directory(attempt)
+    if cache_directory is not None:
+        cache_directory.mkdir(parents=True, exist_ok=True)
+    cwd = run_directory(attempt)
+    cwd.mkdir(parents=True, exist_ok=True)
+    with log_path.open("wb") as output:
+        popen = subprocess.Popen(
+            [SHELL, "-c", job.command], stdin=subprocess.DEVNULL, stdout=output,
+            stderr=subprocess.STDOUT, cwd=cwd, env=job_environment(attempt, cache_directory),
+            start_new_session=True, close_fds=True,
+        )
+    return LocalProcess(attempt.pk, popen, LogTail(log_path), job.max_runtime_seconds,
+                        cache_directory)
+
+
+def start_attempt(attempt_id: int) -> bool:
+    """Claim a STARTING local attempt for this host, start its command, mark it RUNNING
+    and hand it to this process's supervisor.  False when it is not ours to start
+    (another host claimed it, it ended, or it is not yet due)."""
+    from .supervisor import get_supervisor
+
+    if not settings.QUOTAWEB["LOCAL_EXECUTOR"]:
+        raise ImproperlyConfigured(
+            "The local executor is off in this process (QUOTAWEB_LOCAL_EXECUTOR): it runs "
+            "only where it is switched on."
+        )
+    supervisor = get_supervisor()
+    supervisor.start()  # reconciles this host's attempts before any new one starts
+    attempt = _claim(attempt_id, supervisor.host_name)
+    if attempt is None:
+        return False
+    try:
+        process = spawn(attempt)
+    except (OSError, ValueError) as error:
+        _fail_to_start(attempt, f"Could not start the command: {error}")
+        return False
+    supervisor.adopt(process)
+    try:
+        marked = _record_running(attempt, process.pid)
+    except Exception as error:
+        # The supervisor reaps it and ends the attempt as a platform error.
+        process.platform_failure = f"Executor could not record the start: {error}"
+        process.kill()
+        raise
+    if not marked:
+        log.info("attempt %s was stopped while it started; the supervisor stops it", attempt_id)
+    return True
+
+
+def _claim(attempt_id: int, host: str) -> Attempt | None:
+    now = timezone.now()
+    attempt = Attempt.objects.select_related("job__quota_share", "warm_pool").filter(
+        pk=attempt_id
+    ).first()
+    if (attempt is None or attempt.job.executor != Executor.LOCAL
+            or attempt.job.status != JobStatus.STARTING):
+        return None
+    log_path = str(attempt_log_path(attempt))
+    # The compare-and-swap is on the attempt's own columns only, so that PostgreSQL
+    # re-checks all of them when two hosts race for the row.  running_at is set only as
+    # the job goes STARTING, and a terminate or preemption sets the outcome in the same
+    # transaction as it moves the job, so these columns say "STARTING and still open".
+    claimed = Attempt.objects.filter(
+        pk=attempt_id, pid__isnull=True, outcome__isnull=True, running_at__lte=now,
+    ).update(host=host, pid=CLAIMED, log_path=log_path)
+    if not claimed:
+        return None
+    attempt.host, attempt.pid, attempt.log_path = host, CLAIMED, log_path
+    return attempt
+
+
+def _record_running(attempt: Attempt, pid: int) -> bool:
+    """Record the pid and mark the attempt RUNNING.  False when a terminate or preemption
+    came first: the supervisor then sees the outcome and stops the process."""
+    with transaction.atomic():
+        events.lock_events()
+        Attempt.objects.filter(pk=attempt.pk).update(pid=pid)
+        return transitions.mark_running(attempt, timezone.now())
+
+
+def _fail_to_start(attempt: Attempt, reason: str) -> None:
+    log.error("attempt %s: %s", attempt.pk, reason)
+    with transaction.atomic():
+        events.lock_events()
+        with contextlib.suppress(AttemptAlreadyEnded):
+            finish_attempt(attempt, Outcome.FAILED, timezone.now(),
+                           failure=Failure.PLATFORM_ERROR, reason=reason)
+
+
+def start_worker_supervisor(**_: object) -> None:
+    """Celery hook: start this worker process's supervisor (reconciling what the process
+    that had its host name before it left behind) where the local executor is on."""
+    from .supervisor import get_supervisor
+
+    if settings.QUOTAWEB["LOCAL_EXECUTOR"]:
+        get_supervisor().start()
+
+
+def stop_worker_supervisor(**_: object) -> None:
+    """Celery hook: stop the supervisor as the worker process shuts down; its running
+    attempts are killed and end as platform errors (retried by the rules)."""
+    from .supervisor import get_supervisor
+
+    get_supervisor().stop()
