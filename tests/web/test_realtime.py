@@ -52,7 +52,7 @@ WS = pytest.mark.django_db(transaction=True)
 # Builders -------------------------------------------------------------------------------
 
 
-def make_share(name: str = "QS1", limit: int = 2, unit: str = UNIT) -> QuotaShare:
+def new_share(name: str = "QS1", limit: int = 2, unit: str = UNIT) -> QuotaShare:
     CapacityUnit.objects.get_or_create(name=unit, defaults={"max_capacity": 4})
     share = QuotaShare.objects.create(name=name, sharing_strategy="LEND_AND_BORROW")
     CapacityLimit.objects.create(quota_share=share, capacity_unit=unit, max_capacity=limit)
@@ -176,8 +176,8 @@ async def test_a_forged_session_is_refused(
 @pytest.fixture
 def populated(transactional_db: None) -> dict[str, Any]:
     """A share with jobs in every state, pools, usage samples and a few events."""
-    share = make_share()
-    gone = make_share("OLD")
+    share = new_share()
+    gone = new_share("OLD")
     QuotaShare.objects.filter(pk=gone.pk).update(deleted_at=T0)
     running = make_job(share, "train", "RUNNING", priority=3, scheduled_at=T0,
                        started_at=T0 + timedelta(seconds=60))
@@ -309,7 +309,7 @@ def test_an_empty_log_gets_a_snapshot_stamped_zero(db: None) -> None:
 def test_on_connect_costs_the_same_queries_for_few_or_many_rows(
     db: None, after: int | None
 ) -> None:
-    share = make_share()
+    share = new_share()
 
     def grow(n: int) -> None:
         for i in range(n):
@@ -319,7 +319,7 @@ def test_on_connect_costs_the_same_queries_for_few_or_many_rows(
                                     instance_count=1, status="InUse", chain_started_at=T0)
             WarmPoolSegment.objects.create(job=job, status="InUse", keep_alive_seconds=60)
             write_sample(share, T0 + timedelta(seconds=i), in_use=i % 3)
-            write_sample(make_share(f"S{n}{i}"), T0, in_use=1)
+            write_sample(new_share(f"S{n}{i}"), T0, in_use=1)
             write_events("SUBMITTED", "DISPATCHED", job=job)
 
     def count() -> int:
@@ -345,7 +345,7 @@ async def test_committed_events_and_samples_are_forwarded_in_order(
 ) -> None:
     communicator, _ = await open_socket(clients, session_cookie)
     await receive(communicator, 1)  # the snapshot
-    share = await sync_to_async(make_share)()
+    share = await sync_to_async(new_share)()
     first = await sync_to_async(write_events)("SUBMITTED", "DISPATCHED")
     sample = await sync_to_async(write_sample)(share, T0, in_use=1)
     second = await sync_to_async(write_events)("RUNNING")
