@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 
 from celery import Celery
+from celery.signals import worker_process_init, worker_process_shutdown
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "quotaweb.settings")
 
@@ -28,3 +29,20 @@ app.conf.beat_schedule = {
     },
 }
 app.autodiscover_tasks(["quotaweb"], related_name="tasks")
+
+
+# The local executor's supervisor lives in each worker process that runs attempts: it
+# starts with the process (reconciling what a previous one left) and stops with it.  The
+# hooks do nothing where the local executor is off (the tick worker, beat).
+@worker_process_init.connect
+def _start_supervisor(**_: object) -> None:
+    from .executors.local import start_worker_supervisor
+
+    start_worker_supervisor()
+
+
+@worker_process_shutdown.connect
+def _stop_supervisor(**_: object) -> None:
+    from .executors.local import stop_worker_supervisor
+
+    stop_worker_supervisor()

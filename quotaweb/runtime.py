@@ -38,9 +38,40 @@ def launch_via_celery(attempt_id: int) -> object:
     return enqueue_launch(attempt_id)
 
 
+def start_local_executor() -> None:
+    """Start this process's supervisor of local attempts, where the local executor is on:
+    it reconciles what a previous run left behind before any new attempt starts."""
+    if settings.QUOTAWEB["LOCAL_EXECUTOR"]:
+        from .executors.local import start_worker_supervisor
+
+        start_worker_supervisor()
+
+
+def stop_local_executor() -> None:
+    """Stop the supervisor: the attempts it still runs end as platform errors (retried)."""
+    if settings.QUOTAWEB["LOCAL_EXECUTOR"]:
+        from .executors.local import stop_worker_supervisor
+
+        stop_worker_supervisor()
+
+
+_unlaunchable: set[int] = set()
+
+
+def launch_nowhere(attempt_id: int) -> object:
+    """No broker and the local executor off here: say so once per attempt."""
+    if attempt_id not in _unlaunchable:
+        _unlaunchable.add(attempt_id)
+        log.warning("attempt %s is due to start but no executor runs commands here "
+                    "(QUOTAWEB_LOCAL_EXECUTOR is off and there is no REDIS_URL)", attempt_id)
+    return False
+
+
 def default_launcher() -> Launcher:
-    """Celery where there is a broker, otherwise this process."""
-    return launch_via_celery if settings.REDIS_URL else launch_in_process
+    """Celery where there is a broker, otherwise this process (if it may run commands)."""
+    if settings.REDIS_URL:
+        return launch_via_celery
+    return launch_in_process if settings.QUOTAWEB["LOCAL_EXECUTOR"] else launch_nowhere
 
 
 def broadcast_here() -> object:
@@ -123,23 +154,24 @@ def run_loop(
 
 
 class Scheduler:
-    """The loop on a daemon thread: `start()`, then `stop()` to end it cleanly."""
+    """The loop on a daemon thread: `start()`, then `stop()` to end it cleanly.  When it
+    launches attempts in this process, it also runs this process's local-executor
+    supervisor, and stops it last."""
 
     def __init__(
         self, launch: Launcher | None = None, broadcast: Broadcaster | None = None
     ) -> None:
-        self._launch = launch
+        self._launch = launch or default_launcher()
         self._broadcast = broadcast
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._supervising = False
 
     def start(self) -> None:
         if self._thread is not None:
             raise RuntimeError("the scheduler is already running")
-        self._thread = threading.Thread(
-            target=run_loop, args=(self._stop, self._launch, self._broadcast),
-            name="quotaweb-scheduler", daemon=True,
-        )
+        self._thread = threading.Thread(target=self._run, name="quotaweb-scheduler",
+                                        daemon=True)
         self._thread.start()
 
     def stop(self, timeout: float = 10.0) -> None:
@@ -150,7 +182,21 @@ class Scheduler:
             if self._thread.is_alive():
                 log.warning("scheduler thread did not stop within %.0f s", timeout)
             self._thread = None
+        if self._supervising:
+            self._supervising = False
+            stop_local_executor()
 
     @property
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
+
+    def _run(self) -> None:
+        # On this thread, so that the caller (Daphne's reactor) is never kept waiting.
+        if self._launch is launch_in_process:
+            self._supervising = True
+            try:
+                start_local_executor()
+            except Exception:
+                # The database may be down: the first launch starts it again.
+                log.exception("could not start the local executor's supervisor yet")
+        run_loop(self._stop, self._launch, self._broadcast)
