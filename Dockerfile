@@ -1,0 +1,35 @@
+# Quotaweb's image for the distributed mode (docker-compose.yml): one image, several roles
+# (web, executor worker, tick worker, beat), chosen by the command.
+FROM python:3.11-slim
+
+# PYTHONPATH: templates/ and static/ sit beside the package in the source tree, not in the
+# wheel, so the source copy in /app is the one imported.
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    DJANGO_SETTINGS_MODULE=quotaweb.settings \
+    QUOTAWEB_DATA_DIR=/app/data \
+    PYTHONPATH=/app
+
+RUN groupadd --system quotaweb \
+    && useradd --system --gid quotaweb --home-dir /app --shell /usr/sbin/nologin quotaweb
+
+WORKDIR /app
+
+# Dependencies first, so that editing the code does not reinstall them.
+COPY pyproject.toml README.md ./
+COPY scheduler ./scheduler
+COPY quotaweb ./quotaweb
+RUN pip install --no-cache-dir .
+
+COPY . .
+# A throwaway key for collectstatic only: without one the embedded settings would write a
+# generated key into the image.  The containers get theirs from SECRET_KEY.
+RUN SECRET_KEY=collectstatic-only python manage.py collectstatic --noinput \
+    && mkdir -p /app/data/work \
+    && chown -R quotaweb:quotaweb /app/data
+
+USER quotaweb
+EXPOSE 8000
+
+CMD ["python", "manage.py", "serve", "--host", "0.0.0.0", "--port", "8000"]
