@@ -226,13 +226,11 @@ def _ship_rest(process: LocalProcess) -> None:
 
 
 def _enforce(process: LocalProcess, row: dict[str, Any] | None, now: datetime) -> None:
-    """SIGTERM when the attempt was stopped by someone else (a preemption's kill_at is its
-    grace deadline; a terminate's deadline is the grace from its request) or ran past its
-    max runtime; SIGKILL at the deadline."""
+    """SIGTERM when the attempt was stopped by someone else or ran past its max runtime;
+    SIGKILL at the deadline."""
     if process.stop is None:
         if row is None or row["outcome"] is not None:
-            requested = (row or {}).get("stop_requested_at") or now
-            process.begin_stop((row or {}).get("kill_at") or requested + grace())
+            process.begin_stop(stop_deadline(row, now))
             log.info("attempt %s: stopping (SIGTERM)", process.attempt_id)
         elif process.runtime_exceeded():
             deadline = now + grace()
@@ -243,6 +241,18 @@ def _enforce(process: LocalProcess, row: dict[str, Any] | None, now: datetime) -
     if process.stop is not None and not process.stop.killed and now >= process.stop.deadline:
         process.kill()
         log.info("attempt %s: grace over (SIGKILL)", process.attempt_id)
+
+
+def stop_deadline(row: dict[str, Any] | None, now: datetime) -> datetime:
+    """When a stopped attempt's process is killed.  A preemption's kill_at is the end of
+    its grace, when the preemptor starts on the same instances: it is kept exactly.  Any
+    other stop (a terminate, the job gone) gets the preemption grace from its request, so
+    the job can checkpoint as it would when preempted (SPEC.md 5, Grace)."""
+    if row is not None and row["outcome"] == Outcome.PREEMPTED and row["kill_at"] is not None:
+        deadline: datetime = row["kill_at"]
+        return deadline
+    requested = (row or {}).get("stop_requested_at") or now
+    return requested + grace()
 
 
 def _settle(process: LocalProcess) -> None:

@@ -40,6 +40,7 @@ from quotaweb.models.shares import Strategy
 from quotaweb.models.warm_pools import PoolStatus
 from quotaweb.scheduling import events, transitions
 from quotaweb.scheduling.tick import run_cycle
+from quotaweb.services.jobs import terminate_job
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -144,19 +145,6 @@ def only_attempt(job: Job) -> Attempt:
     return attempts[0]
 
 
-def terminate(job: Job, reason: str = "Stopped by the test") -> None:
-    """What a user's terminate writes (SPEC.md 4, Terminate): the attempt TERMINATED with
-    its stop requested now, the job FAILED; the executor does the rest."""
-    now = timezone.now()
-    with transaction.atomic():
-        events.lock_events()
-        Attempt.objects.filter(job=job, outcome__isnull=True).update(
-            outcome="TERMINATED", stopped_at=now, stop_requested_at=now, status_reason=reason)
-        Job.objects.filter(pk=job.pk).update(status=JobStatus.FAILED, status_reason=reason,
-                                             stopped_at=now, instances=[])
-        events.record("FAILED", job=job, time=now, details={"reason": reason})
-
-
 def test_a_command_that_exits_0_succeeds_with_its_log_in_the_database_and_the_file(
     supervisor: Supervisor,
 ) -> None:
@@ -255,14 +243,15 @@ def test_terminating_a_running_job_sends_sigterm_and_ends_its_process_group(
     supervisor: Supervisor, tmp_path: Path,
 ) -> None:
     marker = tmp_path / "marker"
-    job = submit(make_share(), TRAPS_TERM, environment={"MARK": str(marker)})
+    job = submit(make_share(), TRAPS_TERM, environment={"MARK": str(marker)},
+                 keep_alive_seconds=600)
     wait_for(lambda: running(job) and lines(only_attempt(job)) == ["started"], "it to run")
     attempt = only_attempt(job)
     wait_for(lambda: Attempt.objects.get(pk=attempt.pk).heartbeat_at > attempt.started_at,
              "a heartbeat", drive=False)
     assert attempt.pid and group_members(attempt.pid)
 
-    terminate(job)
+    terminate_job(job, "Stopped by the test")
     wait_for(lambda: not group_members(attempt.pid), "the process group to end", drive=False)
     assert marker.read_text() == "terminated\n", "the command got SIGTERM and trapped it"
     wait_for(lambda: Attempt.objects.get(pk=attempt.pk).exit_code is not None,
@@ -270,6 +259,9 @@ def test_terminating_a_running_job_sends_sigterm_and_ends_its_process_group(
     attempt.refresh_from_db()
     assert (attempt.outcome, attempt.exit_code) == ("TERMINATED", 143)
     assert status_of(job) == "FAILED"
+    # Terminated while RUNNING with a keep-alive: its instances, and cache, stay warm.
+    pool = WarmPool.objects.get(owner=job)
+    assert pool.status == PoolStatus.AVAILABLE and Path(pool.cache_directory).is_dir()
 
 
 IGNORES_TERM = """
