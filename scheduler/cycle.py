@@ -34,12 +34,18 @@ from .victims import Holding, release, take, take_then_spare
 
 def schedule(snapshot: Snapshot) -> CycleResult:
     """Decide one cycle from `snapshot`; pure: same snapshot, same decisions."""
+    return schedule_with_state(snapshot)[0]
+
+
+def schedule_with_state(snapshot: Snapshot) -> tuple[CycleResult, CycleState]:
+    """`schedule`, also returning the working state as things stand after the cycle (the
+    simulator measures what still fits from it)."""
     validate_snapshot(snapshot)
     cycle = _Cycle(CycleState(snapshot))
     cycle.housekeeping()
     cycle.place_until_stable()
     decisions = cycle.decisions + pending_decisions(cycle.state)
-    return CycleResult(snapshot.now, tuple(decisions))
+    return CycleResult(snapshot.now, tuple(decisions)), cycle.state
 
 
 class _Cycle:

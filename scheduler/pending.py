@@ -48,8 +48,9 @@ def waiting_jobs(state: CycleState) -> dict[str, list[Job]]:
     for job in state.preempted:
         if job.preemptions_left is None or job.preemptions_left > 0:
             returning.setdefault(job.quota_share, []).append(job)
+    placed = state.placed
     for name, queue in state.queues.items():
-        jobs = [job for job in queue if job.id not in state.placed]
+        jobs = [job for job in queue if job.id not in placed] if placed else queue
         if name in returning:
             jobs = sorted(jobs + returning[name], key=queue_key)
         waiting[name] = jobs

@@ -8,11 +8,15 @@ from __future__ import annotations
 import heapq
 from collections import defaultdict
 from collections.abc import Iterator
+from operator import attrgetter
 
 from .model import Job, JobStatus, QuotaShare, Snapshot, WarmPool
-from .ordering import eviction_key, pool_reuse_key, queue_key
+from .ordering import eviction_key, pool_reuse_key
 from .quota import ShareAccount, UnitLedger, borrow_cap, max_holdable
 from .victims import Holding
+
+_by_sequence = attrgetter("sequence", "id")
+_by_priority = attrgetter("priority")
 
 
 class CycleState:
@@ -33,6 +37,7 @@ class CycleState:
         self._ledgers: dict[str, UnitLedger] = {}
         self._free: dict[str, list[int]] = {}
         self._most: dict[tuple[str, str], int | None] = {}
+        self._run_ends: dict[tuple[str, int], int] = {}
         self._load(snapshot)
 
     # Building ---------------------------------------------------------------------------
@@ -61,7 +66,9 @@ class CycleState:
             used[pool.instance_type, pool.quota_share] += pool.instance_count
             held[pool.instance_type].update(pool.instances)
         for queue in self.queues.values():
-            queue.sort(key=queue_key)
+            # queue_key order, by two stable C-level sorts (sequences are unique).
+            queue.sort(key=_by_sequence)
+            queue.sort(key=_by_priority, reverse=True)
         units = set(self.capacity) | {unit for unit, _ in used}
         units |= {unit for share in snapshot.shares for unit in share.units()}
         for unit in units:
@@ -137,26 +144,54 @@ class CycleState:
         """Best-effort ordering: the head steps aside for the rest of the cycle.
 
         The jobs right behind it that it dominates (same unit, at least as many instances,
-        no lower place in the order, neither reusing a pool) could not be placed either, as
-        room only shrinks until a preemption or eviction reconsiders every skipped head; they
+        no higher priority, neither reusing a pool) could not be placed either, as room
+        only shrinks until a preemption or eviction reconsiders every skipped head; they
         step aside with it instead of costing a round each.
         """
         failed = self.head(share)
         if failed is None:
             return
-        self.cursor[share] += 1
-        if self.matching_pool(failed) is not None:
+        index = self.cursor[share]
+        if self.pools[share]:
+            self.cursor[share] = self._dominated_run_with_pools(share, index)
             return
-        while (follower := self.head(share)) is not None and self._dominated(follower, failed):
-            self.cursor[share] += 1
+        # Without pools, dominance depends on the queue alone: remember each run's end, so
+        # that reconsidering skipped heads after a preemption costs a jump, not a walk.
+        key = (share, index)
+        end = self._run_ends.get(key)
+        if end is None:
+            end = self._run_ends[key] = self._dominated_run(self.queues[share], index)
+        self.cursor[share] = end
 
-    def _dominated(self, job: Job, failed: Job) -> bool:
-        return (
-            job.instance_type == failed.instance_type
-            and job.instance_count >= failed.instance_count
-            and job.priority <= failed.priority
-            and self.matching_pool(job) is None
-        )
+    @staticmethod
+    def _dominated_run(queue: list[Job], index: int) -> int:
+        """The index just past the run of jobs behind queue[index] that it dominates."""
+        failed = queue[index]
+        unit, count = failed.instance_type, failed.instance_count
+        end = index + 1
+        while end < len(queue):
+            job = queue[end]
+            if job.instance_type != unit or job.instance_count < count:
+                break
+            end += 1
+        return end
+
+    def _dominated_run_with_pools(self, share: str, index: int) -> int:
+        queue = self.queues[share]
+        failed = queue[index]
+        if self.matching_pool(failed) is not None:
+            return index + 1
+        end = index + 1
+        while end < len(queue):
+            job = queue[end]
+            if (
+                job.instance_type != failed.instance_type
+                or job.instance_count < failed.instance_count
+                or self.matching_pool(job) is not None
+            ):
+                break
+            end += 1
+        return end
 
     def reconsider_skipped(self) -> None:
         """A preemption or eviction may have freed room: skipped heads get another try."""

@@ -58,6 +58,8 @@ def validate_snapshot(snapshot: Snapshot) -> None:
 
 
 def _unique(what: str, names: list[str]) -> None:
+    if len(set(names)) == len(names):
+        return
     seen: set[str] = set()
     for name in names:
         if name in seen:

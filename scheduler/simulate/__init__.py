@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..decisions import CycleResult, Preempt
+from ..decisions import CycleResult
 from ..model import Snapshot
 from .actions import apply_actions
 from .reader import ScenarioError
@@ -44,12 +44,11 @@ def simulate(scenario: Scenario, observer: TickObserver | None = None) -> dict[s
         pending_actions = pending_actions[len(due):]
         apply_actions(world, due, t)
         before = world.snapshot(t)
-        result = world.cycle(t, before)
+        result, after_cycle = world.cycle(t, before)
         if observer is not None:
             observer(before, result, world.snapshot(t))
         world.advance(t)  # starts with no delay become RUNNING at t
-        preempted_now = {d.job_id for d in result.decisions if isinstance(d, Preempt)}
-        meter.record(world, t, largest_idle_fit(world, t, preempted_now))
+        meter.record(world, t, largest_idle_fit(after_cycle))
         next_t = _next_tick(world, pending_actions, t, tick)
         if next_t is None or next_t > until:
             break

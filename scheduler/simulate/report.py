@@ -57,24 +57,26 @@ def usage_figures(world: World) -> dict[tuple[str, str], dict[str, int]]:
     return figures
 
 
-def largest_idle_fit(world: World, t: int, preempted_now: set[str]) -> int:
-    """The largest n of a waiting job that would fit as things stand, without preempting or
-    evicting (0 if none): the measure behind idle_while_eligible_instance_seconds."""
-    state = CycleState(world.snapshot(t))
+def largest_idle_fit(state: CycleState) -> int:
+    """The largest n of a waiting job that would fit as things stand after the cycle,
+    without preempting or evicting (0 if none): the measure behind
+    idle_while_eligible_instance_seconds.  Jobs preempted in the cycle, still in their
+    grace period or misconfigured are not counted (`state.blocked`, `state.done`)."""
     largest = 0
-    for job in world.live.values():
-        if not job.status.queued or job.name in preempted_now:
-            continue
-        if job.not_before is not None and job.not_before > t:
-            continue
-        if job.spec.instance_count <= largest:
-            continue
-        engine_job = job.as_engine_job()
-        if engine_job.id in state.blocked:
-            continue
-        count = 0 if state.matching_pool(engine_job) is not None else job.spec.instance_count
-        if state.ledger(job.spec.instance_type).fits(job.spec.quota_share, count):
-            largest = job.spec.instance_count
+    tried: set[tuple[str, str, int, str | None]] = set()
+    for share, queue in state.queues.items():
+        has_pools = bool(state.pools[share])
+        for job in queue:
+            count = job.instance_count
+            if count <= largest or job.id in state.done or job.id in state.blocked:
+                continue
+            pool = state.matching_pool(job) if has_pools else None
+            key = (share, job.instance_type, count, pool.id if pool else None)
+            if key in tried:
+                continue
+            tried.add(key)
+            if state.ledger(job.instance_type).fits(share, 0 if pool else count):
+                largest = count
     return largest
 
 

@@ -7,7 +7,7 @@ import heapq
 import math
 from typing import Any
 
-from ..cycle import schedule
+from ..cycle import schedule_with_state
 from ..decisions import (
     CycleResult,
     Dispatch,
@@ -30,6 +30,7 @@ from ..lifecycle import (
     start_delay,
 )
 from ..model import CapacityUnit, JobStatus, QuotaShare, Snapshot
+from ..state import CycleState
 from .records import Attempt, Pool, Segment, SimJob
 from .scenario import Scenario
 
@@ -234,8 +235,8 @@ class World:
             policy=self.policy,
         )
 
-    def cycle(self, t: int, snapshot: Snapshot) -> CycleResult:
-        result = schedule(snapshot)
+    def cycle(self, t: int, snapshot: Snapshot) -> tuple[CycleResult, CycleState]:
+        result, state = schedule_with_state(snapshot)
         for decision in result.decisions:
             if isinstance(decision, SetPendingReason):
                 job = self.jobs[decision.job_id]
@@ -249,7 +250,7 @@ class World:
                 self.preempt(self.jobs[decision.job_id], t, decision)
             elif isinstance(decision, Dispatch):
                 self.dispatch(self.jobs[decision.job_id], t, decision)
-        return result
+        return result, state
 
     def preempt(self, job: SimJob, t: int, decision: Preempt) -> None:
         attempt = job.current
