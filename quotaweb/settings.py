@@ -112,7 +112,9 @@ if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL]},
+            # A dashboard stays open for days: without a longer group_expiry (one day by
+            # default) channels_redis silently drops its socket from the group.
+            "CONFIG": {"hosts": [REDIS_URL], "group_expiry": 7 * 86_400, "capacity": 1000},
         }
     }
 else:
