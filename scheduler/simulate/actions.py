@@ -96,7 +96,9 @@ def terminate(world: World, job: SimJob, t: int, reason: str, *, leaves: bool) -
 
 def update_keep_alive(world: World, action: Action, t: int) -> None:
     name, keep_alive = action.payload
-    job = world.jobs[name]
+    job = world.jobs.get(name)
+    if job is None:  # its submission was refused: like update and terminate, nothing to do
+        return
     share = world.shares.get(job.spec.quota_share)
     if share is not None and keep_alive > share.max_keep_alive_seconds:
         raise ScenarioError(f"{action.path}.keep_alive_seconds",

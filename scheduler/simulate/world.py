@@ -166,7 +166,10 @@ class World:
         if reused is None and not (leaves and job.keep_alive_seconds > 0):
             return
         attempt = job.current
-        chain_start = reused.chain_started_at if reused else (attempt.started_at or t)
+        if reused is not None:
+            chain_start = reused.chain_started_at
+        else:  # the chain starts when its first job became RUNNING (0 is a time too)
+            chain_start = attempt.started_at if attempt.started_at is not None else t
         unit = self.capacity.get(job.spec.instance_type)
         settlement = settle_warm_pool(
             keep_alive_seconds=job.keep_alive_seconds,
@@ -217,7 +220,7 @@ class World:
         pool.version += 1
         segment = pool.owner.segment
         if segment is not None:
-            segment.retained_billable_seconds += t - (segment.available_since or t)
+            segment.retained_billable_seconds += _since(segment, t)
             segment.status = PoolStatus.TERMINATED
             segment.termination_reason = reason
         self.changed = True
@@ -298,10 +301,15 @@ class World:
         previous = pool.owner
         segment = previous.segment
         if segment is not None:
-            segment.retained_billable_seconds += t - (segment.available_since or t)
+            segment.retained_billable_seconds += _since(segment, t)
             segment.status, segment.reused_by = PoolStatus.REUSED, job.name
         self.emit_job(t, "WARM_POOL_REUSED", previous, reused_by=job.name)
         pool.owner, pool.status = job, PoolStatus.IN_USE
         pool.version += 1
         job.pool = pool
         job.segment = Segment(PoolStatus.IN_USE, job.keep_alive_seconds)
+
+
+def _since(segment: Segment, t: int) -> int:
+    """Seconds the segment has stood Available by `t` (its billable time)."""
+    return t - segment.available_since if segment.available_since is not None else 0

@@ -1,0 +1,55 @@
+"""Bugs found in the simulator, each pinned by the scenario that showed it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scheduler.simulate import run_scenario
+
+
+def _scenario(actions: list[dict[str, Any]], **settings: int) -> dict[str, Any]:
+    return {
+        "name": "regression",
+        "until": 400,
+        "settings": {"preemption_grace_seconds": 0, **settings},
+        "capacity": [{"capacity_unit": "u", "max_capacity": 1, "warm_pool_limit": 1,
+                      "cold_start_seconds": 0, "warm_start_seconds": 0}],
+        "quota_shares": [{"name": "A", "capacity_limits": [{"capacity_unit": "u",
+                                                            "max_capacity": 1}],
+                          "sharing_strategy": "LEND"}],
+        "actions": actions,
+    }
+
+
+def test_a_chain_whose_first_job_ran_at_zero_counts_its_lifetime_from_zero() -> None:
+    result = run_scenario(_scenario(
+        [{"at": 0, "submit": {"name": "a", "quota_share": "A", "instance_type": "u",
+                              "duration_seconds": 40, "keep_alive_seconds": 200}}],
+        warm_pool_max_lifetime_seconds=100,
+    ))
+    ended = [e for e in result["events"] if e["type"] == "WARM_POOL_TERMINATED"]
+    assert ended == [{"t": 100, "type": "WARM_POOL_TERMINATED", "job": "a",
+                      "quota_share": "A", "details": {"reason": "MAX_LIFETIME"}}]
+    assert result["jobs"][0]["warm_pool"]["retained_billable_seconds"] == 60
+
+
+def test_a_keep_alive_change_for_a_refused_submission_is_ignored() -> None:
+    document = _scenario([
+        {"at": 0, "submit": {"name": "a", "quota_share": "A", "instance_type": "u",
+                             "duration_seconds": 100}},
+        {"at": 5, "update_keep_alive": {"job": "a", "keep_alive_seconds": 10}},
+    ])
+    document["quota_shares"][0]["state"] = "DISABLED"
+    result = run_scenario(document)
+    assert [e["type"] for e in result["events"]] == ["SUBMIT_REJECTED"]
+    assert result["jobs"] == []
+
+
+def test_an_attempt_that_ends_as_it_starts_leaves_no_idle_eligible_time() -> None:
+    result = run_scenario(_scenario([
+        {"at": 0, "submit": {"name": "zero", "quota_share": "A", "instance_type": "u",
+                             "duration_seconds": 0}},
+        {"at": 0, "submit": {"name": "next", "quota_share": "A", "instance_type": "u",
+                             "duration_seconds": 10}},
+    ]))
+    assert result["metrics"]["idle_while_eligible_instance_seconds"] == 0
