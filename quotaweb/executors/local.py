@@ -270,7 +270,7 @@ def _claim(attempt_id: int, host: str) -> Attempt | None:
     # transaction as it moves the job, so these columns say "STARTING and still open".
     claimed = Attempt.objects.filter(
         pk=attempt_id, pid__isnull=True, outcome__isnull=True, running_at__lte=now,
-    ).update(host=host, pid=CLAIMED, log_path=log_path)
+    ).update(host=host, pid=CLAIMED, log_path=log_path, heartbeat_at=now)
     if not claimed:
         return None
     attempt.host, attempt.pid, attempt.log_path = host, CLAIMED, log_path
