@@ -78,7 +78,8 @@ class QuotaShare:
     """A team's virtual queue with its limits and sharing strategy (SPEC.md 2).
 
     `limits` maps capacity unit → L(s,u); a unit that is not listed has limit 0.
-    `borrow_limit` is None unless the strategy is LEND_AND_BORROW (−1 = unlimited).
+    `borrow_limit` is None unless the strategy is LEND_AND_BORROW (−1 = unlimited; None
+    there reads as the default, −1).
     """
 
     name: str

@@ -30,10 +30,9 @@ def idle(used: int, limit: int) -> int:
 
 
 def borrow_cap(limit: int, borrow_limit: int | None) -> int | None:
-    """B(s,u) = floor(L × borrow_limit / 100); None means unlimited (borrow_limit −1)."""
-    if borrow_limit is None:
-        return 0
-    if borrow_limit == UNLIMITED_BORROW:
+    """B(s,u) = floor(L × borrow_limit / 100); None means unlimited (borrow_limit −1, which
+    is also SPEC.md's default when none is given; only LEND_AND_BORROW borrows at all)."""
+    if borrow_limit is None or borrow_limit == UNLIMITED_BORROW:
         return None
     return limit * borrow_limit // 100
 

@@ -53,3 +53,28 @@ def test_an_attempt_that_ends_as_it_starts_leaves_no_idle_eligible_time() -> Non
                              "duration_seconds": 10}},
     ]))
     assert result["metrics"]["idle_while_eligible_instance_seconds"] == 0
+
+
+def test_a_lend_and_borrow_share_without_a_borrow_limit_borrows_without_limit() -> None:
+    """SPEC.md 2: borrow_limit defaults to −1 (unlimited); None must not read as 0."""
+    from scheduler import (
+        CapacityUnit,
+        Dispatch,
+        Job,
+        JobStatus,
+        QuotaShare,
+        Snapshot,
+        Strategy,
+        schedule,
+    )
+
+    snapshot = Snapshot(
+        now=0,
+        capacity=(CapacityUnit("u", 2),),
+        shares=(QuotaShare("A", (("u", 1),), Strategy.LEND_AND_BORROW, None),
+                QuotaShare("Z", (("u", 1),), Strategy.LEND)),
+        jobs=(Job("a1", "A", 0, 1, "u", 1, JobStatus.RUNNABLE),
+              Job("a2", "A", 0, 2, "u", 1, JobStatus.RUNNABLE)),
+    )
+    dispatched = [d.job_id for d in schedule(snapshot).decisions if isinstance(d, Dispatch)]
+    assert dispatched == ["a1", "a2"]
