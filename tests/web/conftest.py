@@ -4,10 +4,11 @@ PostgreSQL (tests/conftest.py points DATABASE_URL at it).
 Fixtures (all function-scoped and backed by `db`, so they work in plain and in
 `@pytest.mark.django_db(transaction=True)` tests alike):
 
-- `admin`, `member`, `other`: users "admin" (staff superuser; pytest-django's `admin_user`,
-  so `admin_client` is signed in as the same user), "member" and "other"; every password is
-  PASSWORD.  `member` becomes a member of the walkthrough's shares; `other` is a signed-in
-  user who is a member of nothing.
+- `admin`, `member`, `other`: users "admin" (staff superuser; it is `admin_user`, which
+  this file overrides, so pytest-django's `admin_client` is signed in as the same user),
+  "member" and "other"; every password is PASSWORD ("password").  `member` becomes a
+  member of the walkthrough's shares; `other` is a signed-in user who is a member of
+  nothing.  `password_hash` is PASSWORD hashed once per session, for making more users.
 - `walkthrough_config`: SPEC.md 7's configuration, written straight to the tables (no
   events, so the event log starts empty): capacity ml.g5.xlarge × 3 (warm_pool_limit 0,
   default start times); QS1 limit 1 LEND_AND_BORROW borrow_limit 200 in-share preemption
@@ -68,6 +69,29 @@ def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix: N
     test["NAME"] = f"{base}_{os.getpid()}"
 
 
+@pytest.fixture(scope="session")
+def password_hash() -> str:
+    """PASSWORD hashed once: the default hasher takes most of a second per hash, which
+    every test that makes a user would otherwise pay.  It stays the default hasher, so a
+    server started by a test (in another process) accepts the password too."""
+    from django.contrib.auth.hashers import make_password
+
+    return make_password(PASSWORD)
+
+
+def _user(username: str, password_hash: str, **flags: bool) -> Any:
+    from django.contrib.auth.models import User
+
+    return User.objects.create(username=username, email=f"{username}@example.com",
+                               password=password_hash, **flags)
+
+
+@pytest.fixture
+def admin_user(db: None, password_hash: str) -> Any:
+    """pytest-django's `admin_user` (and so `admin_client`), made with the cached hash."""
+    return _user("admin", password_hash, is_staff=True, is_superuser=True)
+
+
 @pytest.fixture
 def admin(admin_user: Any) -> Any:
     """The administrator "admin" (staff, superuser)."""
@@ -75,19 +99,15 @@ def admin(admin_user: Any) -> Any:
 
 
 @pytest.fixture
-def member(db: None) -> Any:
+def member(db: None, password_hash: str) -> Any:
     """User "member"; a member of the walkthrough's shares when `walkthrough_config` is used."""
-    from django.contrib.auth.models import User
-
-    return User.objects.create_user("member", "member@example.com", PASSWORD)
+    return _user("member", password_hash)
 
 
 @pytest.fixture
-def other(db: None) -> Any:
+def other(db: None, password_hash: str) -> Any:
     """User "other": signed in, member of no share."""
-    from django.contrib.auth.models import User
-
-    return User.objects.create_user("other", "other@example.com", PASSWORD)
+    return _user("other", password_hash)
 
 
 ShareFactory = Callable[..., Any]
