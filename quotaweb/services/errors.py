@@ -47,6 +47,14 @@ class ValidationFailed(ServiceError):
         super().__init__(message or summarise(fields), code=code, fields=fields)
 
 
+class ConfigurationError(ValidationFailed):
+    """An invalid capacity or quota-share configuration (422); `fields` names each field
+    with its problems, so a form, the admin or the API shows them where they belong."""
+
+    def __init__(self, fields: Mapping[str, Sequence[str]], message: str | None = None) -> None:
+        super().__init__(fields, message, code="INVALID_CONFIGURATION")
+
+
 class Conflict(ServiceError):
     """The action conflicts with the current state (409): a DISABLED share, a terminal
     job, a client_token reused with another body, a share that is not DISABLED."""
@@ -92,6 +100,11 @@ class Problems:
 
     def add(self, field: str, message: str) -> None:
         self.fields.setdefault(field, []).append(message)
+
+    def merge(self, fields: Mapping[str, Sequence[str]]) -> None:
+        for field, messages in fields.items():
+            for message in messages:
+                self.add(field, message)
 
     def __contains__(self, field: str) -> bool:
         return field in self.fields

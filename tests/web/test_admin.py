@@ -221,6 +221,28 @@ def test_capacity_units_are_added_and_changed_through_the_service(
         {"capacity_unit": "ml.p4d.24xlarge"}, {"capacity_unit": UNIT}]
 
 
+def test_a_refusal_at_save_time_saves_nothing_and_says_why(
+        walkthrough_config: Any, admin_client: Client, member: User,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The form is checked before the save takes its locks; if another administrator
+    changed the configuration in between, the service refuses and the admin says so."""
+    from quotaweb.services import configuration
+
+    qs2 = walkthrough_config.qs2
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise configuration.ConfigurationError({"capacity_limits": [SUM_ERROR]})
+
+    monkeypatch.setattr(configuration, "update_share", refuse)
+    response = admin_client.post(url("quotashare", "change", qs2.pk),
+                                 share_form(name="QS2", share=qs2, state="DISABLED"),
+                                 follow=True)
+    assert response.status_code == 200
+    assert f"Nothing was saved: {SUM_ERROR}" in [str(m) for m in response.context["messages"]]
+    qs2.refresh_from_db()
+    assert qs2.state == "ENABLED" and not Event.objects.exists()
+
+
 def test_a_unit_with_share_limits_cannot_be_deleted(walkthrough_config: Any,
                                                     admin_client: Client) -> None:
     unit = walkthrough_config.unit
