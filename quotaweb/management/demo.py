@@ -23,8 +23,10 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractUser
 from django.db import close_old_connections, connection, transaction
+from django.db.models import QuerySet
 
 from ..models import CapacityUnit, Job, QuotaShare, WarmPool
+from ..models.jobs import TERMINAL_STATUSES
 from ..models.warm_pools import PoolStatus
 from ..services import configuration, jobs
 
@@ -156,15 +158,27 @@ class Round:
 
     def finish(self) -> int:
         """Terminate this round's jobs that are still open and end their warm pools."""
-        ended = 0
-        for job in Job.objects.filter(pk__in=self.job_ids.values()).order_by("id"):
-            if not job.is_terminal:
-                jobs.terminate_job(job.pk, END_REASON)
-                ended += 1
-        for pool in WarmPool.objects.filter(owner_id__in=self.job_ids.values(),
-                                            status=PoolStatus.AVAILABLE):
-            jobs.update_keep_alive(pool.owner_id, 0)
-        return ended
+        return end_jobs(Job.objects.filter(pk__in=self.job_ids.values()))
+
+
+def end_jobs(selected: QuerySet[Job]) -> int:
+    """Terminate the selected jobs that are still open and end their Available pools."""
+    ended = 0
+    for job in selected.exclude(status__in=TERMINAL_STATUSES).order_by("id"):
+        jobs.terminate_job(job.pk, END_REASON)
+        ended += 1
+    pools = WarmPool.objects.filter(owner__in=selected, status=PoolStatus.AVAILABLE)
+    for owner_id in pools.values_list("owner_id", flat=True):
+        jobs.update_keep_alive(owner_id, 0)
+    return ended
+
+
+def leftovers() -> QuerySet[Job]:
+    """The demo jobs an interrupted replay left behind (the server was stopped mid-round):
+    they would hold the instances the next round's walkthrough needs."""
+    return Job.objects.filter(name__in=JOB_NAMES, quota_share__name__in=SHARES,
+                              quota_share__deleted_at__isnull=True,
+                              submitted_by__username__in=MEMBERS)
 
 
 @dataclass(frozen=True)
@@ -199,6 +213,8 @@ STEPS = [
     Step(135, "Round over: the jobs still open are terminated.", lambda run: run.finish()),
 ]
 ROUND_SECONDS = 140
+JOB_NAMES = ("qs1_job_high", "qs1_job_med", "qs1_job_low", "qs2_job_1", "qs3_warm_first",
+             "qs3_warm_second")
 
 
 def replay_forever(stop: threading.Event, say: Say = print) -> None:
@@ -207,11 +223,22 @@ def replay_forever(stop: threading.Event, say: Say = print) -> None:
     connection is closed when it ends."""
     number = 0
     try:
+        _end_leftovers(say)
         while not stop.is_set():
             number += 1
             replay_round(Round(number), stop, say)
     finally:
         connection.close()
+
+
+def _end_leftovers(say: Say) -> None:
+    try:
+        ended = end_jobs(leftovers())
+    except Exception:
+        log.exception("could not end the jobs of an earlier demo run; going on")
+        return
+    if ended:
+        say(f"[demo] ended {ended} job(s) that an earlier, interrupted run left open")
 
 
 def replay_round(run: Round, stop: threading.Event, say: Say) -> None:

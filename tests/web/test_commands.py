@@ -138,3 +138,62 @@ def test_serve_answers_healthz_in_the_embedded_mode(tmp_path: Path) -> None:
             server.wait(5)
         log.close()
     assert server.returncode == 0, (tmp_path / "serve.log").read_text()
+
+
+@pytest.mark.django_db
+def test_the_demo_steps_replay_the_walkthrough(settings: Any, tmp_path: Path) -> None:
+    """The replay's own steps, with cycles at the seconds they would run (SPEC.md 7)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from quotaweb.models import Event, Job, WarmPool
+    from quotaweb.scheduling.tick import run_cycle
+
+    settings.DATA_DIR = tmp_path
+    demo.setup()
+    start = timezone.now()
+    run = demo.Round(1)
+
+    def at(seconds: float) -> None:
+        for step in demo.STEPS:
+            if step.at == seconds:
+                step.act(run)
+        run_cycle(start + timedelta(seconds=seconds + 1))
+        run_cycle(start + timedelta(seconds=seconds + 7))  # past the 5 s cold start
+
+    def status() -> dict[str, str]:
+        return dict(Job.objects.filter(pk__in=run.job_ids.values())
+                    .values_list("name", "status"))
+
+    at(0)
+    assert status() == {"qs1_job_high": "RUNNING", "qs1_job_med": "RUNNING",
+                        "qs1_job_low": "RUNNABLE"}
+    def preemptions() -> list[tuple[str, dict[str, Any]]]:
+        return list(Event.objects.filter(type="PREEMPTED").order_by("id")
+                    .values_list("job__name", "details"))
+
+    at(40)
+    assert preemptions() == [("qs1_job_med", {"kind": "CROSS_SHARE",
+                                              "preempted_by": run.job_ids["qs2_job_1"]})]
+    at(80)
+    assert preemptions()[1:] == [("qs1_job_high", {"kind": "IN_SHARE",
+                                                   "preempted_by": run.job_ids["qs1_job_low"]})]
+    assert status()["qs1_job_low"] == "SCHEDULED", "waiting for the victim's grace"
+    at(85)
+    run_cycle(start + timedelta(seconds=102))  # 10 s of work done: the pool stays warm
+    assert status()["qs3_warm_first"] == "SUCCEEDED"
+    at(105)
+    dispatched = Event.objects.filter(type="DISPATCHED", job_id=run.job_ids["qs3_warm_second"])
+    assert [event.details["warm_start"] for event in dispatched] == [True]
+    assert Event.objects.filter(type="WARM_POOL_REUSED", job_id=run.job_ids["qs3_warm_first"],
+                                details__reused_by=run.job_ids["qs3_warm_second"]).exists()
+    run_cycle(start + timedelta(seconds=118))
+    assert status()["qs3_warm_second"] == "SUCCEEDED"
+
+    assert run.finish() == 4
+    assert status() == {**{name: "FAILED" for name in ("qs1_job_high", "qs1_job_med",
+                                                       "qs1_job_low", "qs2_job_1")},
+                        "qs3_warm_first": "SUCCEEDED", "qs3_warm_second": "SUCCEEDED"}
+    assert not WarmPool.objects.filter(status="Available").exists()
+    assert demo.end_jobs(demo.leftovers()) == 0, "nothing is left for the next round"
