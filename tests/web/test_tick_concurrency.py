@@ -12,8 +12,9 @@ import pytest
 import redis
 from django.db import connection
 
-from quotaweb import tasks
+from quotaweb import runtime, tasks
 from quotaweb.models import CycleRecord
+from quotaweb.runtime import Scheduler
 from quotaweb.scheduling import tick as tick_module
 from quotaweb.scheduling.tick import CycleReport, run_cycle
 
@@ -122,3 +123,42 @@ def test_a_lost_redis_skips_the_tick_without_raising(settings: Any) -> None:
     settings.REDIS_URL = "redis://127.0.0.1:1/15"
     assert tasks.tick(int(time.time())) is None
     assert CycleRecord.objects.count() == 0
+
+
+def test_the_in_process_scheduler_ticks_each_second_and_stops_cleanly() -> None:
+    launched: list[int] = []
+    scheduler = Scheduler(launch=launched.append)
+    scheduler.start()
+    try:
+        deadline = time.monotonic() + 10
+        while CycleRecord.objects.count() < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        started = time.monotonic()
+        scheduler.stop()
+    assert time.monotonic() - started < 3, "stop() waits for one cycle at most"
+    assert not scheduler.running
+    assert CycleRecord.objects.count() >= 2
+    starts = sorted(CycleRecord.objects.values_list("started_at", flat=True))
+    # Aligned to wall-clock seconds: a cycle starts just after the second turns (any, not
+    # all: a loaded machine may wake a thread late now and then).
+    assert any(moment.microsecond < 300_000 for moment in starts), starts
+
+
+def test_a_failing_cycle_is_logged_and_the_loop_goes_on(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(**_: Any) -> None:
+        raise RuntimeError("database on fire")
+
+    monkeypatch.setattr(tick_module, "run_cycle", broken)
+    assert runtime.run_once(launch=lambda attempt_id: None) is False
+    assert "scheduling cycle failed" in caplog.text
+    monkeypatch.undo()
+    assert runtime.run_once(launch=lambda attempt_id: None) is True
+
+
+@pytest.mark.parametrize(("now", "wait"), [(100.25, 0.75), (100.9999, 1.0000999999999976),
+                                           (100.0, 1.0)])
+def test_the_loop_waits_for_the_next_wall_clock_second(now: float, wait: float) -> None:
+    assert runtime.seconds_to_next_tick(now) == pytest.approx(wait, abs=1e-6)
