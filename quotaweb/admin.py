@@ -49,7 +49,7 @@ admin.site.site_header = "Quotaweb administration"
 admin.site.site_title = "Quotaweb"
 
 
-class ServiceAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class ServiceAdmin(admin.ModelAdmin):
     """Turns a service's refusal at save time (another administrator changed the
     configuration after the form was checked) into a message instead of a server error;
     the admin's transaction is rolled back, so nothing is saved."""
@@ -70,7 +70,7 @@ class ServiceAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         return actions
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class ReadOnlyAdmin(admin.ModelAdmin):
     """Rows the engine, the executors or the outbox write: viewed, never edited here."""
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
@@ -100,7 +100,7 @@ def _record_formset_changes(formsets: Any) -> None:
                 formset.changed_objects.append((form.instance, form.changed_data))
 
 
-def _report(admin_view: admin.ModelAdmin, request: HttpRequest,  # type: ignore[type-arg]
+def _report(admin_view: admin.ModelAdmin, request: HttpRequest,
             done: int, verb: str, refused: list[str]) -> None:
     if done:
         admin_view.message_user(request, f"{verb} {done}.", messages.SUCCESS)
@@ -162,7 +162,7 @@ class CapacityUnitAdmin(ServiceAdmin):
 # Quota shares ----------------------------------------------------------------------------
 
 
-class CapacityLimitInline(admin.TabularInline):  # type: ignore[type-arg]
+class CapacityLimitInline(admin.TabularInline):
     model = CapacityLimit
     form = CapacityLimitForm
     formset = CapacityLimitFormSet
@@ -254,7 +254,7 @@ class QuotaShareAdmin(ServiceAdmin):
 # Jobs ------------------------------------------------------------------------------------
 
 
-class AttemptInline(admin.TabularInline):  # type: ignore[type-arg]
+class AttemptInline(admin.TabularInline):
     model = Attempt
     fk_name = "job"
     extra = 0
@@ -415,7 +415,7 @@ class CapacityLimitAdmin(ReadOnlyAdmin):
 
 
 @admin.register(ApiToken)
-class ApiTokenAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class ApiTokenAdmin(admin.ModelAdmin):
     """Tokens for scripts (API.md): created here, the secret shown once; only its
     SHA-256 is stored."""
 

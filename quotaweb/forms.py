@@ -31,7 +31,7 @@ def messages_of(error: ServiceError) -> list[str]:
     return [text for texts in error.fields.values() for text in texts] or [error.message]
 
 
-class QuotaShareAdminForm(forms.ModelForm):  # type: ignore[type-arg]
+class QuotaShareAdminForm(forms.ModelForm):
     """A share's own fields; its capacity limits are validated by CapacityLimitFormSet,
     which holds them."""
 
@@ -62,7 +62,7 @@ class QuotaShareAdminForm(forms.ModelForm):  # type: ignore[type-arg]
         return cleaned
 
 
-class CapacityLimitFormSet(forms.BaseInlineFormSet):  # type: ignore[type-arg]
+class CapacityLimitFormSet(forms.BaseInlineFormSet):
     """The share's capacity limits: 1-5 distinct units and Σ limits ≤ max_capacity,
     checked by services.configuration with the rows this formset would leave."""
 
@@ -87,13 +87,13 @@ class CapacityLimitFormSet(forms.BaseInlineFormSet):  # type: ignore[type-arg]
             raise ValidationError(messages_of(error)) from None
 
 
-class CapacityLimitForm(forms.ModelForm):  # type: ignore[type-arg]
+class CapacityLimitForm(forms.ModelForm):
     class Meta:
         model = CapacityLimit
         fields = ["capacity_unit", "max_capacity"]
 
 
-class CapacityUnitAdminForm(forms.ModelForm):  # type: ignore[type-arg]
+class CapacityUnitAdminForm(forms.ModelForm):
     """A capacity unit; lowering max_capacity below the shares' Σ limits is refused."""
 
     class Meta:
@@ -116,7 +116,7 @@ class CapacityUnitAdminForm(forms.ModelForm):  # type: ignore[type-arg]
         return cleaned
 
 
-class JobAdminForm(forms.ModelForm):  # type: ignore[type-arg]
+class JobAdminForm(forms.ModelForm):
     """Only the priority of a job is changed in the admin (through update_priority)."""
 
     class Meta:
@@ -130,7 +130,7 @@ class JobAdminForm(forms.ModelForm):  # type: ignore[type-arg]
             raise ValidationError(messages_of(error)) from None
 
 
-class ApiTokenAdminForm(forms.ModelForm):  # type: ignore[type-arg]
+class ApiTokenAdminForm(forms.ModelForm):
     """A new token: whose it is and a name; the secret is generated and shown once."""
 
     class Meta:

@@ -206,9 +206,9 @@ def set_capacity(units: object) -> list[CapacityUnit]:
         existing = lock_configuration()
         wanted = {entry["name"]: entry for entry in validate_capacity(units)}
         changed: list[str] = []
-        for name, unit in existing.items():
+        for name, gone in existing.items():
             if name not in wanted:
-                unit.delete()
+                gone.delete()
                 changed.append(name)
         for name, entry in wanted.items():
             unit = existing.get(name)

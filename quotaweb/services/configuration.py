@@ -27,10 +27,12 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
+from scheduler.decisions import PoolTermination
+
 from ..models import CapacityLimit, Job, QuotaShare, WarmPool
 from ..models.jobs import TERMINAL_STATUSES
 from ..models.shares import ShareState, Strategy
-from ..models.warm_pools import PoolStatus, PoolTermination
+from ..models.warm_pools import PoolStatus
 from ..scheduling import events
 from ..scheduling.attempts import end_available_pool
 from . import values
@@ -152,7 +154,7 @@ def validate_share(
     creating = share is None
     given = dict(changes)
     if creating:
-        given = {"in_share_preemption": False, "state": ShareState.ENABLED.value,
+        given = {"in_share_preemption": False, "state": ShareState.ENABLED,
                  "max_keep_alive_seconds": MAX_KEEP_ALIVE_SECONDS, **given}
         for field in ("name", "sharing_strategy", *(("capacity_limits",) if with_limits else ())):
             if field not in given:

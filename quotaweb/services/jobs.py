@@ -7,18 +7,19 @@ job under a row lock, and writes its event, so it is serialised with the schedul
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeAlias
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from scheduler.decisions import PoolTermination
 from scheduler.lifecycle import Outcome, keep_alive_expiry, leaves_warm_pool
 
 from ..models import Attempt, Job, QuotaShare, WarmPool, WarmPoolSegment
 from ..models.jobs import ACTIVE_STATUSES, Executor, JobStatus
 from ..models.shares import ShareState
-from ..models.warm_pools import PoolStatus, PoolTermination
+from ..models.warm_pools import PoolStatus
 from ..scheduling import events
 from ..scheduling.attempts import end_available_pool, end_pool_instances, settle
 from ..scheduling.clock import from_engine
@@ -34,7 +35,8 @@ from .submission import (
     validate_submission,
 )
 
-User = AbstractBaseUser | AnonymousUser
+# Who acts: a signed-in user, an anonymous one (refused), or None for the system.
+User: TypeAlias = "AbstractBaseUser | AnonymousUser"
 
 MAX_CLIENT_TOKEN = 64
 DEFAULT_TERMINATE_REASON = "Terminated by user"

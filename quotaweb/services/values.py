@@ -83,15 +83,16 @@ def choice(problems: Problems, field: str, value: object, options: tuple[str, ..
 def string_list(
     problems: Problems, field: str, value: object, *, max_items: int = 64, max_length: int = 256
 ) -> list[str] | None:
-    ok = isinstance(value, list | tuple) and all(
+    items = list(value) if isinstance(value, list | tuple) else None
+    ok = items is not None and len(items) <= max_items and all(
         isinstance(item, str) and "\x00" not in item and len(item) <= max_length
-        for item in value
+        for item in items
     )
-    if not ok or len(value) > max_items:  # type: ignore[arg-type]
+    if items is None or not ok:
         problems.add(field, f"{field} must be a list of at most {max_items} strings of at "
                             f"most {max_length} characters.")
         return None
-    return list(value)  # type: ignore[arg-type]
+    return [str(item) for item in items]
 
 
 def environment(problems: Problems, field: str, value: object) -> dict[str, str] | None:
