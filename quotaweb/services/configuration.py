@@ -290,9 +290,9 @@ def update_share(share: QuotaShare, **changes: Any) -> QuotaShare:
     with transaction.atomic():
         lock_configuration()
         locked = _lock_share(share)
-        if not changes:
-            return locked
         cleaned = validate_share(changes, locked)
+        if not set(changes) - {"name"}:
+            return locked  # nothing but the (unchangeable) name: nothing to record
         limits = cleaned.pop("capacity_limits", None)
         members = cleaned.pop("members", None)
         for field, value in cleaned.items():

@@ -272,6 +272,12 @@ def test_every_problem_is_reported_at_once(walkthrough_config: Any) -> None:
     assert "and 3 more problems" in raised.value.message
 
 
+def test_an_update_that_sets_nothing_writes_nothing(walkthrough_config: Any) -> None:
+    configuration.update_share(walkthrough_config.qs1)
+    configuration.update_share(walkthrough_config.qs1, name="QS1")
+    assert events() == []
+
+
 def test_members_are_set_by_username(walkthrough_config: Any, other: User) -> None:
     configuration.update_share(walkthrough_config.qs2, members=["other"])
     assert [u.username for u in walkthrough_config.qs2.members.all()] == ["other"]
