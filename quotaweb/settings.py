@@ -141,6 +141,8 @@ QUOTAWEB = {
     "LOCAL_EXECUTOR": env.boolean("QUOTAWEB_LOCAL_EXECUTOR", EMBEDDED),
     "WORK_DIR": Path(env.string("QUOTAWEB_WORK_DIR", str(DATA_DIR / "work")) or DATA_DIR),
     "IN_PROCESS_SCHEDULER": env.boolean("QUOTAWEB_IN_PROCESS_SCHEDULER", EMBEDDED),
+    # How this process's supervisor names itself (default: <hostname>:<slot>).
+    "HOST_NAME": env.string("QUOTAWEB_HOST_NAME"),
 }
 
 AUTH_PASSWORD_VALIDATORS = [

@@ -100,9 +100,11 @@ def _expire_leases(now: datetime) -> None:
     """A supervisor that stopped heartbeating lost its attempts: a platform failure, so a
     vanished host frees its capacity."""
     lease = timedelta(seconds=settings.QUOTAWEB["HEARTBEAT_LEASE_SECONDS"])
+    # Claimed attempts heartbeat from the claim on, so one whose host vanished while it was
+    # still STARTING is caught too.
     lost = Attempt.objects.select_related("job__quota_share", "warm_pool").filter(
-        outcome__isnull=True, job__status=JobStatus.RUNNING, job__executor=Executor.LOCAL,
-        heartbeat_at__lt=now - lease,
+        outcome__isnull=True, job__status__in=[JobStatus.STARTING, JobStatus.RUNNING],
+        job__executor=Executor.LOCAL, pid__isnull=False, heartbeat_at__lt=now - lease,
     )
     for attempt in lost:
         try:

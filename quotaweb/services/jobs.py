@@ -6,9 +6,10 @@ job under a row lock, and writes its event, so it is serialised with the schedul
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeAlias
 
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -199,7 +200,8 @@ def end_job(job: Job, reason: str, now: datetime, *, pool_ends_with_share: bool 
     if attempt is not None:
         Attempt.objects.filter(pk=attempt.pk).update(
             outcome=Outcome.TERMINATED.value, stopped_at=now, status_reason=reason,
-            stop_requested_at=now, kill_at=now,
+            stop_requested_at=now,
+            kill_at=now + timedelta(seconds=settings.QUOTAWEB["PREEMPTION_GRACE_SECONDS"]),
         )
         if pool_ends_with_share:
             _end_reused_pool(job, attempt, now)
