@@ -11,11 +11,13 @@ from __future__ import annotations
 from collections import defaultdict
 from datetime import datetime
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import F
 
 from scheduler import CycleResult, Dispatch, Preempt, SetPendingReason, TerminateWarmPool
-from scheduler.lifecycle import PREEMPTION_RETRIES_EXHAUSTED, preemption_fails_job
+from scheduler.decisions import PoolTermination as EnginePoolTermination
+from scheduler.lifecycle import PREEMPTION_RETRIES_EXHAUSTED, pool_end, preemption_fails_job
 
 from ..models import Attempt, Job, WarmPool, WarmPoolSegment
 from ..models.jobs import ACTIVE_STATUSES, QUEUED_STATUSES, JobStatus
@@ -63,7 +65,15 @@ def _terminate_pool(decision: TerminateWarmPool, now: datetime) -> None:
     ).first()
     if pool is None:
         raise StaleSnapshot(f"warm pool {decision.pool_id} is no longer Available")
-    end_available_pool(pool, PoolTermination(decision.reason.value), now)
+    ended_at = now
+    if decision.reason is not EnginePoolTermination.EVICTED:
+        # Expired by time: it ended when it fell due, however late the cycle came, so it
+        # is stamped and billed as the simulator does.
+        due, _ = pool_end(pool.expires_at.timestamp() if pool.expires_at else now.timestamp(),
+                          pool.chain_started_at.timestamp(),
+                          settings.QUOTAWEB["WARM_POOL_MAX_LIFETIME_SECONDS"])
+        ended_at = min(now, from_engine(due))
+    end_available_pool(pool, PoolTermination(decision.reason.value), ended_at)
 
 
 def _preempt(decision: Preempt, now: datetime) -> None:

@@ -531,3 +531,21 @@ def test_each_cycle_records_its_timings(three_instances: Any) -> None:
     state = SchedulerState.objects.get(id=1)
     assert state.last_cycle_at == t0 + timedelta(seconds=1)
     assert state.last_cycle_ms == round(second.total_ms, 3)
+
+
+@cycle_db
+def test_a_pool_expired_before_a_late_cycle_ends_and_is_billed_at_its_expiry(
+    one_share: Any,
+) -> None:
+    """A late cycle stamps an expiry at the second it fell due, as the simulator does."""
+    t0 = _t0()
+    job = _submit("first", keep_alive_seconds=100, duration_seconds=100)
+    _cycle(t0)
+    _cycle(t0 + timedelta(seconds=COLD))
+    _cycle(t0 + timedelta(seconds=COLD + 100))
+    expires = t0 + timedelta(seconds=COLD + 200)
+    _cycle(expires + timedelta(seconds=500))  # the cycle comes late
+    event = Event.objects.get(type="WARM_POOL_TERMINATED")
+    segment = WarmPoolSegment.objects.get(job=job)
+    assert (event.time, event.details) == (expires, {"reason": "EXPIRED"})
+    assert segment.retained_billable_seconds == 100
