@@ -119,7 +119,9 @@ class CycleState:
         return self.shares[share].limit(unit)
 
     def all_pools(self) -> list[WarmPool]:
-        return [pool for name in self.share_names for pool in self.pools[name].values()]
+        """Every Available pool, in a total order (expiry, then id), whatever the snapshot's."""
+        pools = [pool for name in self.share_names for pool in self.pools[name].values()]
+        return sorted(pools, key=lambda pool: (pool.expires_at, pool.id))
 
     # Heads ------------------------------------------------------------------------------
 

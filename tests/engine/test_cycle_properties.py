@@ -624,17 +624,6 @@ def test_running_victims_give_a_grace_period(snapshot: Snapshot) -> None:
 # d. Determinism ------------------------------------------------------------------------
 
 
-def in_comparable_order(result: CycleResult) -> tuple[object, ...]:
-    """The decisions, with the leading housekeeping terminations sorted by pool id.
-
-    The engine ends expired pools in the snapshot's order of pools (reported to the engine's
-    owner); nothing depends on that order, so it is left out of the comparison.
-    """
-    housekeeping = [d for d in result.decisions if is_housekeeping(d)]
-    rest = result.decisions[len(housekeeping):]
-    return (result.now, *sorted(housekeeping, key=lambda d: d.pool_id), *rest)
-
-
 def is_housekeeping(decision: object) -> TypeGuard[TerminateWarmPool]:
     """A pool ended for its time (SPEC.md 5.1), not evicted for a job."""
     return isinstance(decision, TerminateWarmPool) and decision.by_job is None
@@ -644,13 +633,12 @@ def is_housekeeping(decision: object) -> TypeGuard[TerminateWarmPool]:
 @given(st.data())
 def test_the_same_snapshot_gives_the_same_decisions(data: st.DataObject) -> None:
     """SPEC.md 5 ("it reads no clock and no database"): a cycle is a function of the
-    snapshot, whatever the order of its capacity, shares, jobs and pools (up to the order
-    of the housekeeping terminations: see in_comparable_order)."""
+    snapshot, whatever the order of its capacity, shares, jobs and pools."""
     snapshot = data.draw(any_snapshots)
     result = schedule(snapshot)
     assert schedule(snapshot) == result
     again = schedule(data.draw(shuffled(snapshot)))
-    assert in_comparable_order(again) == in_comparable_order(result)
+    assert again == result
 
 
 # e. Maximality -------------------------------------------------------------------------

@@ -78,3 +78,28 @@ def test_a_lend_and_borrow_share_without_a_borrow_limit_borrows_without_limit() 
     )
     dispatched = [d.job_id for d in schedule(snapshot).decisions if isinstance(d, Dispatch)]
     assert dispatched == ["a1", "a2"]
+
+
+def test_expired_pools_end_in_the_same_order_whatever_the_snapshot_order() -> None:
+    import dataclasses
+
+    from scheduler import (
+        CapacityUnit,
+        QuotaShare,
+        Snapshot,
+        Strategy,
+        WarmPool,
+        WarmPoolMatch,
+        schedule,
+    )
+
+    def pool(pool_id: str, number: int) -> WarmPool:
+        return WarmPool(pool_id, "qs0", "left-" + pool_id, "u0", 1, WarmPoolMatch(),
+                        available_since=990.0, expires_at=1000.0, chain_started_at=900.0,
+                        priority=0, sequence=number, instances=(number,))
+
+    first = Snapshot(1000.0, (CapacityUnit("u0", 2),),
+                     (QuotaShare("qs0", (("u0", 2),), Strategy.LEND),), (),
+                     (pool("p0", 0), pool("p1", 1)))
+    reversed_pools = dataclasses.replace(first, warm_pools=first.warm_pools[::-1])
+    assert schedule(first) == schedule(reversed_pools)
