@@ -1,0 +1,1 @@
+"""The HTTP API (API.md): django-ninja routers over quotaweb.services."""

@@ -1,0 +1,68 @@
+"""The HTTP API of API.md under /api/v1/, built with django-ninja: its schema is served
+at /api/v1/openapi.json and browsable at /api/v1/docs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse
+from ninja import NinjaAPI
+
+from .auth import BearerToken, SessionWithCsrf
+from .docs import StaticSwagger
+from .errors import MAX_BODY_BYTES, error_response, install_handlers, too_large
+from .routes import activity, configuration, jobs, tokens
+
+DESCRIPTION = """\
+Quotaweb shares a fleet of instances between teams with quota shares.
+
+Authenticate with `Authorization: Bearer <token>` (create tokens with `POST /api/v1/tokens`,
+in the admin, or with `manage.py create_token USERNAME`), or with the browser's session
+(writes then need the `X-CSRFToken` header).  Every error is
+`{"error": {"code", "message", "fields"}}`.
+"""
+
+
+def limit_body(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """Refuse a body over 1 MiB (413) before reading it when its length is declared, and
+    after reading it when it is not (a chunked upload)."""
+
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        try:
+            declared = int(request.META.get("CONTENT_LENGTH") or 0)
+        except ValueError:
+            declared = 0
+        if declared > MAX_BODY_BYTES or len(request.body) > MAX_BODY_BYTES:
+            return too_large()
+        return view(request, *args, **kwargs)
+
+    return wrapper
+
+
+def build_api() -> NinjaAPI:
+    api = NinjaAPI(
+        title="Quotaweb API",
+        version="1",
+        description=DESCRIPTION,
+        urls_namespace="api-v1",
+        auth=[BearerToken(), SessionWithCsrf(csrf=True)],
+        docs=StaticSwagger(),
+        docs_url="/docs",
+        openapi_url="/openapi.json",
+    )
+    install_handlers(api)
+    api.add_decorator(limit_body, mode="view")
+    for module in (configuration, jobs, activity, tokens):
+        api.add_router("/", module.router)
+    return api
+
+
+api = build_api()
+
+
+def not_found(request: HttpRequest, rest: str = "") -> HttpResponse:
+    """Any other path under /api/v1/: a 404 in the API's error format, not an HTML page."""
+    return error_response(404, "NOT_FOUND", f"There is no API endpoint at {request.path}.")

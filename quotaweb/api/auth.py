@@ -1,0 +1,83 @@
+"""Who is calling: a bearer token (scripts) or the Django session (the browser, with CSRF).
+
+A request that carries a bearer token is judged by the token alone: an unknown or revoked
+token is refused (401) even when a session cookie rides along, so a script never runs as
+whoever happens to be signed in.  Session writes need the CSRF token, as Django forms do.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db.models import Q
+from django.http import HttpRequest
+from django.utils import timezone
+from ninja.security import APIKeyCookie, HttpBearer
+from ninja.utils import check_csrf
+
+from ..models import ApiToken
+from ..services.permissions import can_read
+from .errors import ApiError
+
+# Writing last_used_at on every request would turn every read into a write.
+LAST_USED_RESOLUTION = timedelta(minutes=1)
+
+
+class BearerToken(HttpBearer):
+    """`Authorization: Bearer <token>`: ApiToken rows store the token's SHA-256 only."""
+
+    def __call__(self, request: HttpRequest) -> Any:
+        header = request.headers.get(self.header)
+        if not header:
+            return None
+        scheme, _, raw = header.partition(" ")
+        if scheme.lower() != "bearer":
+            raise ApiError(401, "NOT_AUTHENTICATED",
+                           "Use Authorization: Bearer <token>; no other scheme is accepted.")
+        return self.authenticate(request, raw.strip())
+
+    def authenticate(self, request: HttpRequest, token: str) -> Any:
+        found = (ApiToken.objects.select_related("user")
+                 .filter(digest=ApiToken.hash(token), revoked_at__isnull=True).first())
+        if found is None or not can_read(found.user):
+            raise ApiError(401, "INVALID_TOKEN", "The bearer token is unknown or revoked.")
+        _touch(found)
+        request.api_token = found  # type: ignore[attr-defined]
+        return found.user
+
+
+def _touch(token: ApiToken) -> None:
+    """Record the use, at most once a minute (a conditional update: concurrent requests
+    write it once)."""
+    now = timezone.now()
+    if token.last_used_at is not None and now - token.last_used_at < LAST_USED_RESOLUTION:
+        return
+    ApiToken.objects.filter(pk=token.pk).filter(
+        Q(last_used_at__isnull=True) | Q(last_used_at__lt=now - LAST_USED_RESOLUTION)
+    ).update(last_used_at=now)
+
+
+class SessionWithCsrf(APIKeyCookie):
+    """Django's session.  Unlike ninja's django_auth, the CSRF check runs only for a
+    signed-in session: an anonymous write is a 401 (API.md), not a CSRF failure."""
+
+    param_name = settings.SESSION_COOKIE_NAME
+
+    def _get_key(self, request: HttpRequest) -> str | None:
+        return request.COOKIES.get(self.param_name)
+
+    def authenticate(self, request: HttpRequest, key: str | None) -> Any:
+        user = getattr(request, "user", None)
+        if not can_read(user):
+            return None
+        if self.csrf and check_csrf(request) is not None:
+            raise ApiError(403, "CSRF_FAILED", "The CSRF check failed: send the X-CSRFToken "
+                                               "header with the csrftoken cookie's value.")
+        return user
+
+
+def current_user(request: HttpRequest) -> Any:
+    """The authenticated user (ninja stores it in request.auth)."""
+    return request.auth  # type: ignore[attr-defined]

@@ -1,0 +1,138 @@
+"""Warm pools, usage samples and events (API.md): read by every signed-in user."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from django.http import HttpRequest
+from django.utils import timezone
+from ninja import Query, Router, Schema
+from pydantic import Field
+
+from ...models import WarmPool
+from ...models.warm_pools import WarmPoolSegment
+from ...realtime.serializers import event_rows, usage_dict, usage_rows
+from ..errors import READ_ERRORS, error_responses
+from ..job_representation import billable_seconds
+from ..pagination import decode_cursor, encode_cursor
+from ..schemas.activity import EventListOut, UsageOut, WarmPoolListOut
+from ..schemas.common import MAX_ID, IsoTime, ShareName, UnitName
+from ..schemas.jobs import PoolStatus
+
+router = Router(tags=["activity"])
+
+MAX_SAMPLES = 10_000
+# The simulator's refusal event; the API answers a refused submission with its error.
+HIDDEN_EVENTS = ("SUBMIT_REJECTED",)
+
+
+class PoolFilters(Schema):
+    status: list[PoolStatus] = Field(None, description="Repeat to combine; all when "
+                                                               "absent.")
+    quota_share: ShareName = None
+    limit: int = Field(500, ge=1, le=500)
+    cursor: str = Field(None, max_length=200)
+
+
+class UsageFilters(Schema):
+    since: IsoTime = Field(None, description="Samples at or after this time "
+                                                     "(ISO 8601; UTC when no offset).")
+    quota_share: ShareName = None
+    capacity_unit: UnitName = None
+    after: int = Field(None, ge=0, le=MAX_ID,
+                              description="Samples with a larger id (next_after of the "
+                                          "previous page).")
+    limit: int = Field(MAX_SAMPLES, ge=1, le=MAX_SAMPLES)
+
+
+class EventFilters(Schema):
+    after: int = Field(None, ge=0, le=MAX_ID,
+                              description="Events with a larger id (ids follow commit order).")
+    limit: int = Field(500, ge=1, le=500)
+
+
+@router.get("/warm-pools", response={200: WarmPoolListOut, **error_responses(READ_ERRORS)},
+            operation_id="list_warm_pools", summary="List warm pools, newest first")
+def list_warm_pools(request: HttpRequest, filters: Query[PoolFilters]) -> dict[str, Any]:
+    rows = WarmPool.objects.select_related(
+        "quota_share", "owner", "owner__warm_pool_segment").order_by("-id")
+    if filters.status:
+        rows = rows.filter(status__in=filters.status)
+    if filters.quota_share is not None:
+        rows = rows.filter(quota_share__name=filters.quota_share)
+    if filters.cursor is not None:
+        rows = rows.filter(id__lt=decode_cursor(filters.cursor))
+    page = list(rows[: filters.limit + 1])
+    more = len(page) > filters.limit
+    page = page[: filters.limit]
+    now = timezone.now()
+    return {"warm_pools": [pool_dict(pool, now) for pool in page],
+            "next_cursor": encode_cursor(page[-1].id) if more else None}
+
+
+def pool_dict(pool: WarmPool, now: datetime) -> dict[str, Any]:
+    try:
+        segment: WarmPoolSegment | None = pool.owner.warm_pool_segment
+    except WarmPoolSegment.DoesNotExist:
+        segment = None
+    return {
+        "id": pool.id,
+        "quota_share": pool.quota_share.name,
+        "instance_type": pool.instance_type,
+        "instance_count": pool.instance_count,
+        "status": pool.status,
+        "job": pool.owner_id,
+        "job_name": pool.owner.name,
+        "keep_alive_seconds": segment.keep_alive_seconds if segment else None,
+        "expires_at": pool.expires_at,
+        "created_at": pool.created_at,
+        "retained_billable_seconds": billable_seconds(segment, now) if segment else 0.0,
+        "cache_directory": pool.cache_directory,
+        "termination_reason": pool.termination_reason,
+    }
+
+
+@router.get("/usage", response={200: UsageOut, **error_responses(READ_ERRORS)},
+            operation_id="list_usage", summary="Usage samples, the dashboard's timelines")
+def list_usage(request: HttpRequest, filters: Query[UsageFilters]) -> dict[str, Any]:
+    """A sample for a share and unit whenever one of its figures changed, oldest first."""
+    rows = usage_rows()
+    if filters.since is not None:
+        rows = rows.filter(time__gte=as_utc(filters.since))
+    if filters.quota_share is not None:
+        rows = rows.filter(quota_share__name=filters.quota_share)
+    if filters.capacity_unit is not None:
+        rows = rows.filter(capacity_unit=filters.capacity_unit)
+    if filters.after is not None:
+        rows = rows.filter(id__gt=filters.after)
+    page = list(rows[: filters.limit + 1])
+    more = len(page) > filters.limit
+    page = page[: filters.limit]
+    return {"samples": [{**usage_dict(sample), "time": sample.time} for sample in page],
+            "next_after": page[-1].id if more else None}
+
+
+def as_utc(moment: datetime) -> datetime:
+    """An aware UTC time (UTC when no offset is given); a time so early that UTC cannot
+    hold it (year 1 with a positive offset) is the earliest time."""
+    if timezone.is_naive(moment):
+        moment = moment.replace(tzinfo=UTC)
+    try:
+        return moment.astimezone(UTC)
+    except OverflowError:
+        return datetime.min.replace(tzinfo=UTC)
+
+
+@router.get("/events", response={200: EventListOut, **error_responses(READ_ERRORS)},
+            operation_id="list_events", summary="Events in commit order")
+def list_events(request: HttpRequest, filters: Query[EventFilters]) -> dict[str, Any]:
+    rows = event_rows().exclude(type__in=HIDDEN_EVENTS)
+    if filters.after is not None:
+        rows = rows.filter(id__gt=filters.after)
+    return {"events": [
+        {"id": e.id, "time": e.time, "type": e.type, "job": e.job_id,
+         "job_name": e.job.name if e.job is not None else None,
+         "quota_share": e.quota_share, "details": e.details}
+        for e in rows[: filters.limit]
+    ]}

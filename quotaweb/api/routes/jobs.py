@@ -1,0 +1,142 @@
+"""Jobs (API.md, Jobs): submit, list, read, change, terminate, read the logs."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from django.db import transaction
+from django.http import HttpRequest
+from ninja import Path, Query, Router, Schema
+from ninja.responses import Status
+from pydantic import Field, StringConstraints
+
+from ...models import Job, LogLine
+from ...services import jobs as job_services
+from ...services.errors import NotFound, ValidationFailed
+from ...services.permissions import can_see_job_secrets
+from ..auth import current_user
+from ..errors import READ_ERRORS, WRITE_ERRORS, ApiError, error_responses
+from ..job_representation import Reader, job_dicts, job_rows, single_job_dict
+from ..pagination import decode_cursor, encode_cursor
+from ..schemas.common import MAX_ID, ShareName
+from ..schemas.jobs import JobIn, JobListOut, JobOut, JobPatch, JobStatus, LogsOut, TerminateIn
+
+router = Router(tags=["jobs"])
+
+JobId = Annotated[int, Path(ge=1, le=MAX_ID, description="The job's id.")]
+NameFilter = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]{0,128}\*?$")]
+
+
+class JobFilters(Schema):
+    quota_share: ShareName = Field(None, description="Only this share's jobs.")
+    status: list[JobStatus] = Field(
+        None, description="Repeat to combine (status=RUNNING&status=RUNNABLE); all when absent.")
+    name: NameFilter = Field(None, description="Exact name, or a prefix when it ends with *.")
+    limit: int = Field(100, ge=1, le=500)
+    cursor: str = Field(None, max_length=200,
+                               description="next_cursor of the previous page.")
+
+
+def _job(job_id: int) -> Job:
+    job = job_rows().filter(pk=job_id).first()
+    if job is None:
+        raise NotFound(f"Job {job_id} does not exist.", code="JOB_NOT_FOUND")
+    return job
+
+
+def _job_out(request: HttpRequest, job_id: int) -> dict[str, Any]:
+    return single_job_dict(_job(job_id), Reader(current_user(request)))
+
+
+@router.post("/jobs", response={200: JobOut, 201: JobOut, **error_responses(WRITE_ERRORS)},
+             operation_id="submit_job", summary="Submit a job")
+def submit_job(request: HttpRequest, payload: JobIn) -> Status:
+    """201 with the new job; 200 with the first job when the same user repeats the same
+    request with the same client_token; 409 when that token came with other fields."""
+    fields = payload.model_dump(exclude_unset=True)
+    job, created = job_services.submit_job(current_user(request), **fields)
+    return Status(201 if created else 200, _job_out(request, job.pk))
+
+
+@router.get("/jobs", response={200: JobListOut, **error_responses(READ_ERRORS)},
+            operation_id="list_jobs", summary="List jobs, newest first")
+def list_jobs(request: HttpRequest, filters: Query[JobFilters]) -> dict[str, Any]:
+    rows = job_rows().order_by("-id")
+    if filters.quota_share is not None:
+        rows = rows.filter(quota_share__name=filters.quota_share)
+    if filters.status:
+        rows = rows.filter(status__in=filters.status)
+    if filters.name is not None:
+        if filters.name.endswith("*"):
+            rows = rows.filter(name__startswith=filters.name[:-1])
+        else:
+            rows = rows.filter(name=filters.name)
+    if filters.cursor is not None:
+        rows = rows.filter(id__lt=decode_cursor(filters.cursor))
+    page = list(rows[: filters.limit + 1])
+    more = len(page) > filters.limit
+    page = page[: filters.limit]
+    return {
+        "jobs": job_dicts(page, Reader(current_user(request))),
+        "next_cursor": encode_cursor(page[-1].id) if more else None,
+    }
+
+
+@router.get("/jobs/{job_id}", response={200: JobOut, **error_responses(READ_ERRORS)},
+            operation_id="get_job", summary="Read a job")
+def get_job(request: HttpRequest, job_id: JobId) -> dict[str, Any]:
+    return _job_out(request, job_id)
+
+
+@router.patch("/jobs/{job_id}", response={200: JobOut, **error_responses(WRITE_ERRORS)},
+              operation_id="update_job", summary="Change a job's priority or keep-alive")
+def update_job(request: HttpRequest, job_id: JobId, payload: JobPatch) -> dict[str, Any]:
+    """`priority` while the job is not terminal; `keep_alive_seconds` (0 up to the share's
+    cap) while it is not terminal or while its warm pool is Available (0 ends the pool).
+    Both at once change both or neither."""
+    given = payload.model_fields_set
+    if not given:
+        raise ValidationFailed({"body": ["Give priority, keep_alive_seconds or both."]})
+    user = current_user(request)
+    # One transaction around both changes: a refused keep-alive undoes the priority.
+    with transaction.atomic():
+        if "priority" in given:
+            job_services.update_priority(job_id, payload.priority, by=user)
+        if "keep_alive_seconds" in given:
+            job_services.update_keep_alive(job_id, payload.keep_alive_seconds, by=user)
+    return _job_out(request, job_id)
+
+
+@router.post("/jobs/{job_id}/terminate",
+             response={200: JobOut, **error_responses(WRITE_ERRORS)},
+             operation_id="terminate_job", summary="Terminate a job")
+def terminate_job(request: HttpRequest, job_id: JobId, payload: TerminateIn | None = None
+                  ) -> dict[str, Any]:
+    """The job becomes FAILED with status_reason = reason; 409 when it is already
+    terminal."""
+    reason = payload.reason if payload is not None else job_services.DEFAULT_TERMINATE_REASON
+    job_services.terminate_job(job_id, reason, by=current_user(request))
+    return _job_out(request, job_id)
+
+
+@router.get("/jobs/{job_id}/logs",
+            response={200: LogsOut, **error_responses((*READ_ERRORS, 403))},
+            operation_id="get_job_logs", summary="Read a job's log lines")
+def job_logs(request: HttpRequest, job_id: JobId,
+             tail: Annotated[int, Query(ge=1, le=10_000)] = 200) -> dict[str, Any]:
+    """The last `tail` lines the job printed (local executor), oldest first; only the
+    share's members and administrators may read them."""
+    job = Job.objects.select_related("quota_share").filter(pk=job_id).first()
+    if job is None:
+        raise NotFound(f"Job {job_id} does not exist.", code="JOB_NOT_FOUND")
+    if not can_see_job_secrets(current_user(request), job):
+        raise ApiError(403, "FORBIDDEN", f"Only members of quota share {job.quota_share.name} "
+                                         "and administrators may read this job's logs.")
+    lines = list(
+        LogLine.objects.filter(attempt__job=job).select_related("attempt")
+        .order_by("-attempt__number", "-number")[:tail]
+    )
+    lines.reverse()
+    return {"lines": [{"attempt": line.attempt.number, "number": line.number,
+                       "time": line.time, "stream": line.stream, "text": line.text}
+                      for line in lines]}

@@ -1,0 +1,90 @@
+"""Warm pools, usage samples, events and API tokens."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ninja import Schema
+from pydantic import Field
+
+from .common import STRICT_BODY, UtcTime
+from .jobs import PoolStatus
+
+
+class WarmPoolOut(Schema):
+    id: int
+    quota_share: str
+    instance_type: str
+    instance_count: int
+    status: PoolStatus
+    job: int = Field(description="The job whose segment the pool currently is.")
+    job_name: str
+    keep_alive_seconds: int | None
+    expires_at: UtcTime | None
+    created_at: UtcTime
+    retained_billable_seconds: float
+    cache_directory: str
+    termination_reason: str | None
+
+
+class WarmPoolListOut(Schema):
+    warm_pools: list[WarmPoolOut]
+    next_cursor: str | None
+
+
+class UsageSampleOut(Schema):
+    id: int
+    time: UtcTime
+    quota_share: str
+    capacity_unit: str
+    limit: int
+    in_use: int
+    own: int
+    borrowed: int
+    lent: int
+    warm: int
+    queued: int
+
+
+class UsageOut(Schema):
+    samples: list[UsageSampleOut]
+    next_after: int | None = Field(
+        description="More samples follow: pass as `after` for the next page.")
+
+
+class EventOut(Schema):
+    id: int
+    time: UtcTime
+    type: str
+    job: int | None
+    job_name: str | None
+    quota_share: str | None
+    details: dict[str, Any]
+
+
+class EventListOut(Schema):
+    events: list[EventOut]
+
+
+class TokenIn(Schema):
+    model_config = STRICT_BODY
+
+    name: str = Field("", json_schema_extra={"maxLength": 128},
+                      description="A label to recognise the token by.")
+
+
+class TokenOut(Schema):
+    id: int
+    name: str
+    prefix: str = Field(description="The token's first characters, to recognise it.")
+    created_at: UtcTime
+    last_used_at: UtcTime | None
+    revoked_at: UtcTime | None
+
+
+class NewTokenOut(TokenOut):
+    token: str = Field(description="The raw token: shown this once, never stored.")
+
+
+class TokenListOut(Schema):
+    tokens: list[TokenOut]

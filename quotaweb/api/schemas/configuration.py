@@ -1,0 +1,132 @@
+"""Capacity and quota shares (API.md, Capacity and Quota shares)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from ninja import Schema
+from pydantic import Field
+
+from ...services.configuration import MAX_BORROW_LIMIT, MAX_KEEP_ALIVE_SECONDS, MAX_LIMITS
+from ...services.values import MAX_INT
+from .common import STRICT_BODY, UnitName, Username
+
+Strategy = Literal["RESERVE", "LEND", "LEND_AND_BORROW"]
+ShareState = Literal["ENABLED", "DISABLED"]
+NATURAL = {"minimum": 0, "maximum": MAX_INT}
+BORROW_LIMIT = {"minimum": -1, "maximum": MAX_BORROW_LIMIT,
+                "description": "LEND_AND_BORROW only: percent of each limit that may be "
+                               "borrowed on top; -1 unlimited (the default)."}
+KEEP_ALIVE_CAP = {"minimum": 0, "maximum": MAX_KEEP_ALIVE_SECONDS}
+
+
+# Capacity -----------------------------------------------------------------------------
+
+
+class CapacityUnitIn(Schema):
+    model_config = STRICT_BODY
+
+    capacity_unit: UnitName
+    max_capacity: int = Field(json_schema_extra=NATURAL)
+    warm_pool_limit: int = Field(0, json_schema_extra=NATURAL)
+    cold_start_seconds: int = Field(60, json_schema_extra=NATURAL)
+    warm_start_seconds: int = Field(5, json_schema_extra=NATURAL)
+
+
+class CapacityIn(Schema):
+    """The whole capacity: units left out are removed."""
+
+    model_config = STRICT_BODY
+
+    capacity_limits: list[CapacityUnitIn]
+
+
+class CapacityUnitOut(Schema):
+    capacity_unit: str
+    max_capacity: int
+    warm_pool_limit: int
+    cold_start_seconds: int
+    warm_start_seconds: int
+
+
+class CapacityOut(Schema):
+    capacity_limits: list[CapacityUnitOut]
+
+
+# Quota shares -------------------------------------------------------------------------
+
+
+class LimitIn(Schema):
+    model_config = STRICT_BODY
+
+    capacity_unit: UnitName
+    max_capacity: int = Field(json_schema_extra=NATURAL)
+
+
+LIMITS = {"minItems": 1, "maxItems": MAX_LIMITS,
+          "description": "On distinct units; for every unit the shares' limits add up to at "
+                         "most its max_capacity."}
+
+
+class QuotaShareIn(Schema):
+    model_config = STRICT_BODY
+
+    name: str = Field(json_schema_extra={"pattern": r"^[A-Za-z0-9_-]{1,128}$"})
+    capacity_limits: list[LimitIn] = Field(json_schema_extra=LIMITS)
+    sharing_strategy: Strategy
+    borrow_limit: int | None = Field(None, json_schema_extra=BORROW_LIMIT)
+    in_share_preemption: bool = False
+    state: ShareState = "ENABLED"
+    max_keep_alive_seconds: int = Field(MAX_KEEP_ALIVE_SECONDS, json_schema_extra=KEEP_ALIVE_CAP)
+    members: list[Username] = Field(default_factory=list, description="Usernames.")
+
+
+class QuotaSharePatch(Schema):
+    """Any writable field; the name cannot change.
+
+    A field left out is not changed.  The None defaults only mark "not given" (the view
+    passes model_fields_set on); an explicit null is refused, as the types say.
+    """
+
+    model_config = STRICT_BODY
+
+    capacity_limits: list[LimitIn] = Field(None, json_schema_extra=LIMITS)
+    sharing_strategy: Strategy = None
+    borrow_limit: int | None = Field(None, json_schema_extra=BORROW_LIMIT)
+    in_share_preemption: bool = None
+    state: ShareState = None
+    max_keep_alive_seconds: int = Field(None,
+                                        json_schema_extra=KEEP_ALIVE_CAP)
+    members: list[Username] = Field(None, description="Usernames.")
+
+
+class LimitOut(Schema):
+    capacity_unit: str
+    max_capacity: int
+
+
+class UsageFiguresOut(Schema):
+    limit: int
+    in_use: int
+    own: int
+    borrowed: int
+    lent: int
+    warm: int
+    queued: int
+
+
+class QuotaShareOut(Schema):
+    name: str
+    capacity_limits: list[LimitOut]
+    sharing_strategy: Strategy
+    borrow_limit: int | None
+    in_share_preemption: bool
+    state: ShareState
+    max_keep_alive_seconds: int
+    members: list[str]
+    usage: dict[str, UsageFiguresOut] = Field(
+        description="Per capacity unit: the share's figures after the latest cycle.")
+
+
+class QuotaShareListOut(Schema):
+    quota_shares: list[QuotaShareOut]

@@ -1,0 +1,194 @@
+"""Jobs: the submission, the changes a job accepts, and the Job representation of
+API.md (Jobs)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from ninja import Schema
+from pydantic import Field
+
+from ...services.jobs import MAX_CLIENT_TOKEN
+from ...services.submission import MAX_PRIORITY, MAX_RETRY_ATTEMPTS
+from ...services.values import MAX_INT
+from .common import STRICT_BODY, ShareName, UtcTime
+
+JobStatus = Literal["SUBMITTED", "RUNNABLE", "SCHEDULED", "STARTING", "RUNNING", "SUCCEEDED",
+                    "FAILED"]
+Outcome = Literal["SUCCEEDED", "FAILED", "PREEMPTED", "TERMINATED"]
+PreemptionKind = Literal["CROSS_SHARE", "IN_SHARE"]
+PoolStatus = Literal["InUse", "Available", "Reused", "Terminated"]
+PoolTermination = Literal["EXPIRED", "USER", "EVICTED", "MAX_LIFETIME", "LIMIT_EXCEEDED"]
+
+PRIORITY = {"minimum": 0, "maximum": MAX_PRIORITY}
+KEEP_ALIVE = {"minimum": 0, "maximum": 3600,
+              "description": "0 up to the quota share's max_keep_alive_seconds."}
+COUNT = {"minimum": 1, "maximum": MAX_INT}
+NATURAL = {"minimum": 0, "maximum": MAX_INT}
+TEXT_256 = {"maxLength": 256}
+
+
+# Requests -----------------------------------------------------------------------------
+
+
+class JobIn(Schema):
+    """A submission (SPEC.md 4).  Give `command` (local executor) or `duration_seconds`
+    (simulated executor), not both."""
+
+    model_config = STRICT_BODY
+
+    name: str = Field(json_schema_extra={"pattern": r"^[A-Za-z0-9_-]{1,128}$"})
+    quota_share: ShareName
+    instance_type: str = Field(description="One of the quota share's capacity units.",
+                               json_schema_extra={"maxLength": 64})
+    priority: int = Field(0, description="Higher runs first.", json_schema_extra=PRIORITY)
+    instance_count: int = Field(1, json_schema_extra=COUNT)
+    keep_alive_seconds: int = Field(0, json_schema_extra=KEEP_ALIVE)
+    role: str = Field("", json_schema_extra=TEXT_256)
+    volume_size_gb: int = Field(0, json_schema_extra=NATURAL)
+    volume_kms_key_id: str = Field("", json_schema_extra=TEXT_256)
+    security_group_ids: list[str] = Field(default_factory=list,
+                                          json_schema_extra={"maxItems": 64})
+    subnets: list[str] = Field(default_factory=list, json_schema_extra={"maxItems": 64})
+    enable_network_isolation: bool = False
+    enable_inter_container_traffic_encryption: bool = False
+    retry_attempts: int = Field(1, description="All attempts, the first included.",
+                                json_schema_extra={"minimum": 1,
+                                                   "maximum": MAX_RETRY_ATTEMPTS})
+    preemption_retries_before_termination: int | None = Field(
+        None, description="null: unlimited; r: FAILED at the (r+1)-th preemption.",
+        json_schema_extra=NATURAL)
+    max_runtime_seconds: int = Field(86_400, description="Per attempt.",
+                                     json_schema_extra=COUNT)
+    environment: dict[str, str] = Field(default_factory=dict)
+    command: str | None = Field(None, description="A shell command (local executor).")
+    duration_seconds: int | None = Field(None, description="Simulated executor.",
+                                         json_schema_extra=NATURAL)
+    client_token: str | None = Field(
+        None, description="Makes the submission idempotent for the submitting user.",
+        json_schema_extra={"minLength": 1, "maxLength": MAX_CLIENT_TOKEN})
+
+
+class JobPatch(Schema):
+    """Change a job: its priority while it is not terminal; its keep-alive while it is not
+    terminal or while its warm pool is Available (0 terminates that pool).  A field left
+    out is not changed (the None defaults only mark "not given"; null is refused)."""
+
+    model_config = STRICT_BODY
+
+    priority: int = Field(None, json_schema_extra=PRIORITY)
+    keep_alive_seconds: int = Field(None, json_schema_extra=KEEP_ALIVE)
+
+
+class TerminateIn(Schema):
+    model_config = STRICT_BODY
+
+    reason: str = Field("Terminated by user", json_schema_extra={"maxLength": 1000})
+
+
+# The Job representation ---------------------------------------------------------------
+
+
+class PendingReasonOut(Schema):
+    code: str
+    message: str
+
+
+class AttemptOut(Schema):
+    number: int
+    scheduled_at: UtcTime
+    started_at: UtcTime | None
+    stopped_at: UtcTime | None
+    outcome: Outcome | None
+    borrowed_instances: int
+    warm_start: bool
+    status_reason: str | None
+    failure: str | None = Field(description="ALGORITHM_ERROR or PLATFORM_ERROR, for FAILED.")
+    kind: PreemptionKind | None = Field(description="For PREEMPTED.")
+    preempted_by: int | None = Field(description="The preempting job's id, for PREEMPTED.")
+
+
+class PreemptedAttemptOut(Schema):
+    started_at: UtcTime | None
+    stopped_at: UtcTime | None
+    kind: PreemptionKind | None
+    preempted_by: int | None
+    status_reason: str | None
+
+
+class PreemptionSummaryOut(Schema):
+    preempted_attempt_count: int
+    recent_preempted_attempts: list[PreemptedAttemptOut] = Field(
+        description="The latest preempted attempts (up to 5), newest first.")
+
+
+class JobWarmPoolOut(Schema):
+    status: PoolStatus
+    keep_alive_seconds: int
+    expires_at: UtcTime | None
+    retained_billable_seconds: float = Field(
+        description="Seconds the pool stood Available after this job (counting up to now "
+                    "while it is Available); × instance_count for instance-seconds.")
+    reused_by: int | None
+    termination_reason: PoolTermination | None
+
+
+class JobOut(Schema):
+    id: int
+    name: str
+    quota_share: str
+    priority: int
+    status: JobStatus
+    status_reason: str | None
+    pending_reason: PendingReasonOut | None = Field(description="RUNNABLE jobs only.")
+    position: int | None = Field(
+        description="RUNNABLE jobs only: 1 + the RUNNABLE jobs ahead in the share's order.")
+    instance_type: str
+    instance_count: int
+    created_at: UtcTime
+    scheduled_at: UtcTime | None
+    started_at: UtcTime | None
+    stopped_at: UtcTime | None
+    attempts: list[AttemptOut]
+    preemption_summary: PreemptionSummaryOut
+    warm_pool: JobWarmPoolOut | None
+    keep_alive_seconds: int
+    role: str
+    volume_size_gb: int
+    volume_kms_key_id: str
+    security_group_ids: list[str]
+    subnets: list[str]
+    enable_network_isolation: bool
+    enable_inter_container_traffic_encryption: bool
+    retry_attempts: int
+    preemption_retries_before_termination: int | None
+    max_runtime_seconds: int
+    executor: Literal["simulated", "local"]
+    command: str | None = Field(description="null unless you are a member of the job's "
+                                            "share or an administrator, or for a simulated job.")
+    environment: dict[str, str] | None = Field(
+        description="null unless you are a member of the job's share or an administrator.")
+    duration_seconds: int | None
+    client_token: str | None = Field(description="Shown to the share's members and "
+                                                 "administrators only.")
+    submitted_by: str | None
+    preempted_count: int
+    failed_count: int
+
+
+class JobListOut(Schema):
+    jobs: list[JobOut]
+    next_cursor: str | None = Field(description="Pass as `cursor` for the next page; null "
+                                                "on the last page.")
+
+
+class LogLineOut(Schema):
+    attempt: int = Field(description="The attempt's number.")
+    number: int
+    time: UtcTime
+    stream: str
+    text: str
+
+
+class LogsOut(Schema):
+    lines: list[LogLineOut]
