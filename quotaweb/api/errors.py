@@ -82,8 +82,14 @@ def field_name(location: Iterable[Any]) -> str:
     """`("body", "payload", "capacity_limits", 0, "max_capacity")` reads as
     `capacity_limits[0].max_capacity`, as the services name nested fields."""
     parts = list(location)
-    if parts and parts[0] in ("body", "query", "path"):
-        parts = parts[2:] if parts[0] == "body" else parts[1:]
+    if parts and parts[0] == "body":
+        parts = parts[2:]  # ("body", "payload", ...): the body is the one payload
+    elif parts and parts[0] in ("query", "path"):
+        parts = parts[1:]
+        # ninja names a grouped parameter by its group ("filters", "status", 0) when the
+        # error is inside it: parameters are flat, so the group's name is noise.
+        if len(parts) >= 2 and isinstance(parts[0], str) and isinstance(parts[1], str):
+            parts = parts[1:]
     name = ""
     for part in parts:
         if isinstance(part, int):
