@@ -1,0 +1,67 @@
+"""Pure helpers over time series of usage samples: parsing times and integrating step
+functions.  No Django: the figure builders and their tests use them on plain data."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+Sample = Mapping[str, Any]
+Moment = datetime | str
+
+
+def parse_time(value: Moment) -> datetime:
+    """An aware UTC datetime from an aware datetime or an ISO 8601 string ("...Z" allowed)."""
+    moment = value if isinstance(value, datetime) else datetime.fromisoformat(value)
+    if moment.tzinfo is None:
+        raise ValueError(f"time {value!r} has no time zone")
+    return moment.astimezone(UTC)
+
+
+def iso(value: Moment) -> str:
+    """ISO 8601 in UTC with a Z and milliseconds: what the page's script localises."""
+    return parse_time(value).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def integrate(samples: Iterable[Sample], field: str, start: Moment, end: Moment) -> float:
+    """∫ field dt over [start, end] in seconds, reading the samples as a step function: a
+    sample's value holds from its time until the next sample's.  Before the first sample
+    the value is 0 (nothing was recorded: the share had no usage yet)."""
+    begin, finish = parse_time(start), parse_time(end)
+    if finish <= begin:
+        return 0.0
+    points = sorted((parse_time(sample["time"]), float(sample[field])) for sample in samples)
+    total = 0.0
+    for index, (moment, value) in enumerate(points):
+        until = points[index + 1][0] if index + 1 < len(points) else finish
+        lo, hi = max(moment, begin), min(until, finish)
+        if hi > lo:
+            total += value * (hi - lo).total_seconds()
+    return total
+
+
+def billable_seconds(retained: float, available_since: Moment | None, now: Moment) -> float:
+    """A warm pool segment's billable seconds (SPEC.md 6, Charging): what it retained
+    before, plus the time it has stood Available since `available_since` (None when it is
+    not Available now)."""
+    if available_since is None:
+        return retained
+    return retained + max(0.0, (parse_time(now) - parse_time(available_since)).total_seconds())
+
+
+def duration_text(seconds: float | None) -> str:
+    """A short human duration: 45 s, 3 min 5 s, 2 h 4 min, 1 d 3 h."""
+    if seconds is None:
+        return "—"
+    whole = max(0, round(seconds))
+    days, rest = divmod(whole, 86_400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days} d {hours} h"
+    if hours:
+        return f"{hours} h {minutes} min"
+    if minutes:
+        return f"{minutes} min {secs} s"
+    return f"{secs} s"

@@ -1,0 +1,331 @@
+"""The dashboard's figure builders (quotaweb/web/figures.py) and series helpers: pure
+functions from plain data to Plotly figure dicts, tested without a browser or a database.
+
+Every figure is also checked against plotly's own schema (plotly.graph_objects validates
+every attribute), so a typo in an attribute name fails here, not in a browser."""
+
+from __future__ import annotations
+
+import ast
+import json
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import plotly.graph_objects as go
+import pytest
+
+from quotaweb.web import figures, series
+from quotaweb.web.figures import OKABE_ITO
+
+NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+UNIT = "ml.g5.xlarge"
+
+
+def at(minutes_ago: float) -> str:
+    return series.iso(NOW - timedelta(minutes=minutes_ago))
+
+
+def sample(share: str, minutes_ago: float, *, own: int = 0, borrowed: int = 0, lent: int = 0,
+           limit: int = 1, unit: str = UNIT, id: int = 0) -> dict[str, Any]:
+    return {"id": id, "time": at(minutes_ago), "quota_share": share, "capacity_unit": unit,
+            "limit": limit, "in_use": own + borrowed, "own": own, "borrowed": borrowed,
+            "lent": lent, "warm": 0, "queued": 0}
+
+
+def row(share: str, limit: int = 1, unit: str = UNIT) -> dict[str, Any]:
+    return {"quota_share": share, "capacity_unit": unit, "limit": limit}
+
+
+def valid(figure: dict[str, Any]) -> dict[str, Any]:
+    """The figure is JSON and plotly's schema accepts every attribute."""
+    json.dumps(figure)
+    go.Figure(data=figure["data"], layout=figure["layout"])
+    return figure
+
+
+def traces_of(figure: dict[str, Any], key: str) -> dict[str, dict[str, Any]]:
+    """field or marker kind → trace, for one series."""
+    found = {}
+    for trace in figure["data"]:
+        meta = trace["meta"]
+        if meta.get("series") == key:
+            found[meta.get("field") or meta["markers"]] = trace
+    return found
+
+
+# Colours --------------------------------------------------------------------------------
+
+
+def test_share_colours_follow_share_name_order_whatever_the_input_order() -> None:
+    assert figures.share_colours(["QS3", "QS1", "QS2", "QS1"]) == {
+        "QS1": OKABE_ITO[0], "QS2": OKABE_ITO[1], "QS3": OKABE_ITO[2]}
+
+
+def test_share_colours_cycle_after_the_palette() -> None:
+    names = [f"S{i:02d}" for i in range(len(OKABE_ITO) + 2)]
+    colours = figures.share_colours(names)
+    assert colours["S00"] == colours[f"S{len(OKABE_ITO):02d}"] == OKABE_ITO[0]
+
+
+def test_the_palette_is_okabe_ito() -> None:
+    assert set(OKABE_ITO) <= {"#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2",
+                              "#D55E00", "#CC79A7", "#000000"}
+
+
+# Timelines ------------------------------------------------------------------------------
+
+
+def build(rows: list[dict[str, Any]], samples: list[dict[str, Any]],
+          markers: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    colours = figures.share_colours(r["quota_share"] for r in rows)
+    return valid(figures.timeline_figure(rows, samples, markers or [], colours=colours,
+                                         now=NOW))
+
+
+def test_each_share_and_unit_gets_own_borrowed_lent_limit_and_two_marker_traces() -> None:
+    figure = build([row("QS1"), row("QS2")], [sample("QS1", 10, own=1)])
+    for share in ("QS1", "QS2"):
+        traces = traces_of(figure, f"{share}|{UNIT}")
+        assert list(traces) == ["own", "borrowed", "lent", "limit", "CROSS_SHARE", "IN_SHARE"]
+    assert len(figure["data"]) == 12
+
+
+def test_own_borrowed_and_lent_are_stacked_areas_and_the_limit_a_dashed_line() -> None:
+    traces = traces_of(build([row("QS1")], [sample("QS1", 5, own=1, borrowed=1)]),
+                       f"QS1|{UNIT}")
+    groups = {traces[field]["stackgroup"] for field in ("own", "borrowed", "lent")}
+    assert groups == {f"QS1|{UNIT}"}
+    assert "stackgroup" not in traces["limit"]
+    assert traces["limit"]["line"]["dash"] == "dash"
+    assert traces["borrowed"]["fillpattern"]["shape"] == "/"
+    assert traces["lent"]["fillpattern"]["shape"] == "."
+    assert all(trace["line"]["shape"] == "hv" for field, trace in traces.items()
+               if field in ("own", "borrowed", "lent", "limit"))
+
+
+def test_a_share_has_its_colour_on_its_row() -> None:
+    figure = build([row("QS2"), row("QS1")], [sample("QS1", 5, own=1), sample("QS2", 5)])
+    assert OKABE_ITO[0].lstrip("#") in _rgb_hex(traces_of(figure, f"QS1|{UNIT}")["own"])
+    assert OKABE_ITO[1].lstrip("#") in _rgb_hex(traces_of(figure, f"QS2|{UNIT}")["own"])
+
+
+def _rgb_hex(trace: dict[str, Any]) -> str:
+    red, green, blue = trace["fillcolor"][5:].split(",")[:3]
+    return f"{int(red):02X}{int(green):02X}{int(blue):02X}"
+
+
+def test_samples_become_steps_ending_in_a_tail_at_now() -> None:
+    samples = [sample("QS1", 20, own=1, id=1), sample("QS1", 10, own=1, borrowed=1, id=2)]
+    traces = traces_of(build([row("QS1")], samples), f"QS1|{UNIT}")
+    assert traces["own"]["x"] == [at(20), at(10), series.iso(NOW)]
+    assert traces["own"]["y"] == [1, 1, 1]
+    assert traces["borrowed"]["y"] == [0, 1, 1]
+    assert traces["limit"]["y"] == [1, 1, 1]
+    assert traces["own"]["meta"] == {"series": f"QS1|{UNIT}", "field": "own", "tail": True}
+
+
+def test_samples_are_ordered_by_time_whatever_the_input_order() -> None:
+    samples = [sample("QS1", 5, own=1, id=2), sample("QS1", 15, own=0, id=1)]
+    traces = traces_of(build([row("QS1")], samples), f"QS1|{UNIT}")
+    assert traces["own"]["x"][:2] == [at(15), at(5)]
+    assert traces["own"]["y"][:2] == [0, 1]
+
+
+def test_no_tail_when_the_last_sample_is_now() -> None:
+    traces = traces_of(build([row("QS1")], [sample("QS1", 0, own=1)]), f"QS1|{UNIT}")
+    assert traces["own"]["x"] == [series.iso(NOW)]
+
+
+def test_samples_of_shares_without_a_row_are_left_out() -> None:
+    figure = build([row("QS1")], [sample("QS1", 5), sample("GONE", 5, own=3)])
+    assert not traces_of(figure, f"GONE|{UNIT}")
+
+
+def test_a_row_without_samples_draws_its_limit_and_says_what_to_do() -> None:
+    figure = build([row("QS1", limit=2)], [])
+    traces = traces_of(figure, f"QS1|{UNIT}")
+    assert traces["own"]["x"] == [] and traces["own"]["y"] == []
+    assert traces["limit"]["y"] == [2, 2]
+    assert traces["limit"]["x"][-1] == series.iso(NOW)
+    empty = [note for note in figure["layout"]["annotations"]
+             if note.get("name") == f"empty:QS1|{UNIT}"]
+    assert len(empty) == 1 and "jobs submitted to QS1" in empty[0]["text"]
+
+
+def test_preemptions_are_markers_on_the_victims_row_naming_who_preempted_whom() -> None:
+    markers = [
+        {"time": at(3), "quota_share": "QS1", "capacity_unit": UNIT, "kind": "CROSS_SHARE",
+         "job_name": "qs1_job_med", "preempted_by_name": "qs2_job_1"},
+        {"time": at(1), "quota_share": "QS1", "capacity_unit": UNIT, "kind": "IN_SHARE",
+         "job_name": "qs1_job_high", "preempted_by_name": "qs1_job_low"},
+    ]
+    figure = build([row("QS1"), row("QS2")], [sample("QS1", 5)], markers)
+    qs1 = traces_of(figure, f"QS1|{UNIT}")
+    assert qs1["CROSS_SHARE"]["x"] == [at(3)]
+    assert qs1["CROSS_SHARE"]["customdata"] == [["qs1_job_med", "qs2_job_1", "CROSS_SHARE"]]
+    assert qs1["IN_SHARE"]["customdata"] == [["qs1_job_high", "qs1_job_low", "IN_SHARE"]]
+    assert qs1["CROSS_SHARE"]["marker"]["symbol"] != qs1["IN_SHARE"]["marker"]["symbol"]
+    assert "preempted" in qs1["CROSS_SHARE"]["hovertemplate"]
+    qs2 = traces_of(figure, f"QS2|{UNIT}")
+    assert qs2["CROSS_SHARE"]["x"] == [] and qs2["IN_SHARE"]["x"] == []
+
+
+def test_markers_sit_on_a_hidden_strip_axis_over_their_row() -> None:
+    figure = build([row("QS1"), row("QS2")], [])
+    qs2 = traces_of(figure, f"QS2|{UNIT}")
+    strip = qs2["CROSS_SHARE"]["yaxis"]  # y4: the strip over row 2 (y2)
+    assert strip == "y4"
+    axis = figure["layout"]["yaxis4"]
+    assert axis["overlaying"] == "y2" and axis["visible"] is False and axis["range"] == [0, 1]
+    assert qs2["own"]["yaxis"] == "y2"
+
+
+def test_rows_share_one_time_axis_showing_the_last_thirty_minutes() -> None:
+    figure = build([row("QS1"), row("QS2")], [sample("QS1", 90, own=1)])
+    layout = figure["layout"]
+    assert {trace["xaxis"] for trace in figure["data"]} == {"x"}
+    assert layout["xaxis"]["type"] == "date"
+    assert layout["xaxis"]["range"] == [at(30), series.iso(NOW)]
+    assert layout["meta"]["time_axes"] == ["xaxis"]
+    assert layout["meta"]["window_seconds"] == 1800
+    top, bottom = layout["yaxis"]["domain"], layout["yaxis2"]["domain"]
+    assert top[0] > bottom[1]  # the first row is above the second
+
+
+def test_a_young_history_is_not_squeezed_into_the_right_edge() -> None:
+    figure = build([row("QS1")], [sample("QS1", 8, own=1)])
+    assert figure["layout"]["xaxis"]["range"][0] == at(9)  # a minute before the data
+    figure = build([row("QS1")], [sample("QS1", 1, own=1)])
+    assert figure["layout"]["xaxis"]["range"][0] == at(5)  # at least five minutes
+
+
+def test_the_legend_shows_each_encoding_once() -> None:
+    figure = build([row("QS1"), row("QS2")], [])
+    shown = [trace["name"] for trace in figure["data"] if trace["showlegend"]]
+    assert shown == ["own", "borrowed", "lent to others", "limit", "reclaim (cross-share)",
+                     "in-share preemption"]
+
+
+def test_a_timeline_without_shares_is_still_a_valid_figure() -> None:
+    figure = build([], [])
+    assert figure["data"] == []
+
+
+# The fleet Gantt -----------------------------------------------------------------------
+
+
+def bar(share: str, instance: int, start: float, end: float | None, *, kind: str = "run",
+        borrowed: int = 0, unit: str = UNIT, job: str = "job") -> dict[str, Any]:
+    return {"capacity_unit": unit, "instance": instance, "quota_share": share, "kind": kind,
+            "start": at(start), "end": at(end) if end is not None else None, "job_id": 1,
+            "job_name": job, "attempt": 1, "outcome": None, "borrowed_instances": borrowed,
+            "instance_count": 1, "warm_start": False}
+
+
+def fleet(units: list[dict[str, Any]], bars: list[dict[str, Any]]) -> dict[str, Any]:
+    colours = figures.share_colours(b["quota_share"] for b in bars)
+    return valid(figures.fleet_figure(units, bars, colours=colours, now=NOW))
+
+
+def test_one_row_per_instance_number_per_unit() -> None:
+    units = [{"name": "b.unit", "max_capacity": 2}, {"name": "a.unit", "max_capacity": 1}]
+    assert figures.fleet_rows(units, []) == ["a.unit #0", "b.unit #0", "b.unit #1"]
+
+
+def test_instances_beyond_a_shrunk_capacity_keep_their_rows() -> None:
+    rows = figures.fleet_rows([{"name": UNIT, "max_capacity": 1}], [bar("QS1", 4, 10, 5)])
+    assert rows == [f"{UNIT} #0", f"{UNIT} #4"]
+
+
+def test_bars_are_coloured_by_share_and_borrowed_ones_hatched() -> None:
+    figure = fleet([{"name": UNIT, "max_capacity": 3}],
+                   [bar("QS2", 1, 20, 10), bar("QS1", 0, 30, 20),
+                    bar("QS1", 2, 15, None, borrowed=1)])
+    names = [trace["name"] for trace in figure["data"]]
+    assert names == ["QS1", "QS2"]
+    qs1 = figure["data"][0]
+    assert qs1["orientation"] == "h" and qs1["base"] == [at(30), at(15)]
+    assert qs1["y"] == [f"{UNIT} #0", f"{UNIT} #2"]
+    assert qs1["marker"]["pattern"]["shape"] == ["", "/"]
+    assert qs1["marker"]["line"]["color"] == OKABE_ITO[0]
+    assert figure["data"][1]["marker"]["line"]["color"] == OKABE_ITO[1]
+
+
+def test_bar_lengths_are_milliseconds_and_open_bars_reach_now() -> None:
+    figure = fleet([{"name": UNIT, "max_capacity": 2}],
+                   [bar("QS1", 0, 30, 20), bar("QS1", 1, 5, None)])
+    trace = figure["data"][0]
+    assert trace["x"] == [10 * 60 * 1000, 5 * 60 * 1000]
+    start_ms = int((NOW - timedelta(minutes=5)).timestamp() * 1000)
+    assert trace["meta"] == {"time_base": True, "open": [[1, start_ms]]}
+
+
+def test_warm_pool_periods_are_their_own_paler_dotted_bars() -> None:
+    figure = fleet([{"name": UNIT, "max_capacity": 1}],
+                   [bar("QS3", 0, 20, 10), bar("QS3", 0, 10, None, kind="warm")])
+    run, warm = figure["data"]
+    assert (run["name"], warm["name"]) == ("QS3", "QS3 warm pool")
+    assert warm["marker"]["pattern"]["shape"] == ["."]
+    assert float(warm["marker"]["color"].rsplit(",", 1)[1].rstrip(")")) < \
+        float(run["marker"]["color"].rsplit(",", 1)[1].rstrip(")"))
+    assert warm["customdata"][0][2] == "warm pool, Available"
+
+
+def test_the_fleet_is_stacked_as_overlay_with_instances_top_down() -> None:
+    figure = fleet([{"name": UNIT, "max_capacity": 3}], [bar("QS1", 0, 5, 1)])
+    layout = figure["layout"]
+    assert layout["barmode"] == "overlay"
+    assert layout["yaxis"]["categoryarray"] == [f"{UNIT} #0", f"{UNIT} #1", f"{UNIT} #2"]
+    assert layout["yaxis"]["range"] == [2.5, -0.5]
+
+
+def test_an_empty_fleet_says_what_will_appear() -> None:
+    figure = fleet([{"name": UNIT, "max_capacity": 2}], [])
+    assert figure["data"] == []
+    assert "dispatched jobs appear here" in figure["layout"]["annotations"][0]["text"]
+
+
+# Series helpers -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("points", "start", "end", "expected"), [
+    ([], 60, 0, 0.0),
+    ([(50, 1)], 60, 0, 50 * 60.0),                  # nothing before the first sample
+    ([(90, 2)], 60, 0, 2 * 60 * 60.0),              # clipped to the window
+    ([(60, 1), (30, 0), (10, 3)], 60, 0, 30 * 60.0 + 3 * 10 * 60.0),
+    ([(60, 1)], 0, 60, 0.0),                        # an empty window
+])
+def test_integrate_reads_samples_as_a_step_function(
+    points: list[tuple[float, int]], start: float, end: float, expected: float
+) -> None:
+    samples = [{"time": at(minutes), "borrowed": value} for minutes, value in points]
+    assert series.integrate(samples, "borrowed", at(start), at(end)) == pytest.approx(expected)
+
+
+def test_billable_seconds_grow_while_available() -> None:
+    assert series.billable_seconds(12.5, None, NOW) == 12.5
+    assert series.billable_seconds(10, at(1), NOW) == pytest.approx(70)
+
+
+def test_times_must_carry_a_zone() -> None:
+    with pytest.raises(ValueError):
+        series.parse_time("2026-01-01T00:00:00")
+    assert series.iso("2026-01-01T01:00:00+01:00") == "2026-01-01T00:00:00.000Z"
+
+
+def test_the_builders_import_only_the_standard_library() -> None:
+    """Pure functions: no Django, no database, no clock (STYLE.md, Charts)."""
+    allowed = set(sys.stdlib_module_names) | {"__future__"}
+    for module in (figures, series):
+        tree = ast.parse(Path(str(module.__file__)).read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level == 0:
+                assert (node.module or "").split(".")[0] in allowed, node.module
+            elif isinstance(node, ast.ImportFrom):
+                assert node.module == "series", node.module
+            elif isinstance(node, ast.Import):
+                assert all(a.name.split(".")[0] in allowed for a in node.names)
+        source = Path(str(module.__file__)).read_text()
+        assert "datetime.now" not in source and "time.time" not in source
