@@ -8,6 +8,7 @@ from functools import wraps
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse
+from django.urls import URLPattern
 from ninja import NinjaAPI
 
 from .auth import BearerToken, SessionWithCsrf
@@ -60,7 +61,35 @@ def build_api() -> NinjaAPI:
     return api
 
 
+def json_not_allowed(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """ninja answers a method a path lacks with a plain-text 405; say it in API.md's error
+    format, keeping the Allow header."""
+
+    @wraps(view)  # keeps csrf_exempt: ninja checks CSRF itself, for sessions only
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        response = view(request, *args, **kwargs)
+        if response.status_code != 405 or response.get("Content-Type", "").startswith(
+                "application/json"):
+            return response
+        allowed = response.get("Allow", "")
+        answer = error_response(405, "METHOD_NOT_ALLOWED",
+                                f"{request.method} is not allowed here; use {allowed}.")
+        answer["Allow"] = allowed
+        return answer
+
+    return wrapper
+
+
+def build_urls(api: NinjaAPI) -> tuple[list[Any], str, str]:
+    patterns, app_name, namespace = api.urls
+    for pattern in patterns:
+        if isinstance(pattern, URLPattern):
+            pattern.callback = json_not_allowed(pattern.callback)
+    return patterns, app_name, namespace
+
+
 api = build_api()
+urls = build_urls(api)
 
 
 def not_found(request: HttpRequest, rest: str = "") -> HttpResponse:

@@ -114,7 +114,7 @@ TYPE_PROBLEMS = {
 
 def problem(error: Mapping[str, Any], field: str) -> str:
     kind = error.get("type", "")
-    leaf = field.rsplit(".", 1)[-1] if field != "body" else "The body"
+    leaf = field if field != "body" else "The body"
     if kind == "extra_forbidden":
         return f"Unknown field {leaf}."
     if kind == "missing":

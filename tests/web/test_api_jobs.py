@@ -17,7 +17,6 @@ from quotaweb.models import Event, Job, LogLine, QuotaShare, WarmPool, WarmPoolS
 
 from . import test_api_helpers as helpers
 from .test_api_helpers import (
-    UNIT,
     Api,
     World,
     assert_error,
@@ -457,7 +456,3 @@ def test_logs_of_a_missing_job_are_404_and_tail_is_bounded(api: ApiFor) -> None:
     assert_error(*api("member").get(f"/api/v1/jobs/{target.id}/logs", tail=0), 422,
                  field="tail")
     assert api("member").get(f"/api/v1/jobs/{target.id}/logs")[1] == {"lines": []}
-
-
-def test_unit_is_the_walkthroughs(world: World) -> None:
-    assert world.unit.name == UNIT

@@ -1,0 +1,225 @@
+"""Bad input never gets a 500 and never changes anything: malformed JSON (400), bodies
+over 1 MiB (413), wrong types, out-of-range values, values above a share's cap, a
+borrow_limit on a RESERVE share, unknown fields and odd bytes (422), each in API.md's
+error format."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from . import test_api_helpers as helpers
+from .test_api_helpers import UNIT, Api, World, assert_error, available_pool, job, state
+
+pytestmark = pytest.mark.django_db
+
+# The helpers' fixtures, made available to this module's tests.
+api, world = helpers.api, helpers.world
+
+ApiFor = Callable[[str], Api]
+MIB = 1024 * 1024
+
+BODY_WRITES = [
+    ("post", "/api/v1/jobs"), ("patch", "/api/v1/jobs/{job}"),
+    ("post", "/api/v1/jobs/{job}/terminate"), ("put", "/api/v1/capacity"),
+    ("post", "/api/v1/quota-shares"), ("patch", "/api/v1/quota-shares/QS1"),
+    ("post", "/api/v1/tokens"),
+]
+
+
+def share(**overrides: Any) -> dict[str, Any]:
+    return {"name": "QS4", "sharing_strategy": "LEND",
+            "capacity_limits": [{"capacity_unit": UNIT, "max_capacity": 0}], **overrides}
+
+
+@pytest.fixture
+def target(world: World) -> int:
+    return job("QS1", status="RUNNABLE").id
+
+
+@pytest.mark.parametrize(("method", "url"), BODY_WRITES)
+@pytest.mark.parametrize("raw", ['{"name": ', "{'single': 'quotes'}", "not json at all",
+                                 b"\xff\xfe\x00"])
+def test_malformed_json_is_400(api: ApiFor, target: int, method: str, url: str,
+                               raw: str | bytes) -> None:
+    before = state()
+    status, body = api("admin").call(method, url.format(job=target), raw=raw)
+    assert_error(status, body, 400, "MALFORMED_JSON")
+    assert state() == before
+
+
+@pytest.mark.parametrize(("method", "url"), BODY_WRITES)
+def test_a_body_over_1_mib_is_413(api: ApiFor, target: int, method: str, url: str) -> None:
+    before = state()
+    padded = '{"name": "' + "x" * MIB + '"}'
+    status, body = api("admin").call(method, url.format(job=target), raw=padded)
+    assert_error(status, body, 413, "BODY_TOO_LARGE")
+    assert state() == before
+
+
+def test_a_body_of_exactly_1_mib_is_read(api: ApiFor) -> None:
+    text = json.dumps(helpers.submission())
+    padded = text[:-1] + " " * (MIB - len(text)) + "}"
+    assert len(padded.encode()) == MIB
+    assert api("member").post("/api/v1/jobs", raw=padded)[0] == 201
+
+
+@pytest.mark.parametrize(("method", "url"), BODY_WRITES)
+@pytest.mark.parametrize("raw", ["[1, 2]", '"a string"', "42", "null"])
+def test_a_body_that_is_not_an_object_is_refused(api: ApiFor, target: int, method: str,
+                                                 url: str, raw: str) -> None:
+    before = state()
+    status, body = api("admin").call(method, url.format(job=target), raw=raw)
+    if (method, url, raw) in {("post", "/api/v1/jobs/{job}/terminate", "null")}:
+        assert status == 200  # terminate's body is optional: null means none
+        return
+    assert_error(status, body, 422)
+    assert state() == before
+
+
+SUBMISSIONS = [
+    ({"priority": "3"}, "priority"),
+    ({"priority": True}, "priority"),
+    ({"priority": -1}, "priority"),
+    ({"priority": 10_000}, "priority"),
+    ({"priority": 2**64}, "priority"),
+    ({"instance_count": 1.5}, "instance_count"),
+    ({"instance_count": 0}, "instance_count"),
+    ({"keep_alive_seconds": 601}, "keep_alive_seconds"),  # QS1's cap is lowered to 600
+    ({"environment": ["A=1"]}, "environment"),
+    ({"environment": {"A": 1}}, "environment.A"),
+    ({"environment": {"A\x00": "1"}}, "environment"),
+    ({"security_group_ids": "sg-1"}, "security_group_ids"),
+    ({"quota_share": "QS1\x00"}, "quota_share"),
+    ({"quota_share": 1}, "quota_share"),
+    ({"name": "x\x00"}, "name"),
+    ({"role": "r\x00"}, "role"),
+    ({"client_token": "t\x00"}, "client_token"),
+    ({"command": "echo\x00", "duration_seconds": None}, "command"),
+    ({"gpu": "yes"}, "gpu"),
+    ({"duration_seconds": "60"}, "duration_seconds"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "field"), SUBMISSIONS)
+def test_bad_submissions_are_422_naming_the_field(
+        world: World, api: ApiFor, overrides: dict[str, Any], field: str) -> None:
+    helpers.QuotaShare.live.filter(name="QS1").update(max_keep_alive_seconds=600)
+    before = state()
+    status, body = api("member").post("/api/v1/jobs", helpers.submission(**overrides))
+    assert_error(status, body, 422, field=field)
+    assert state() == before
+
+
+@pytest.mark.parametrize(("change", "field"), [
+    ({"priority": -1}, "priority"), ({"priority": 10_000}, "priority"),
+    ({"priority": "9"}, "priority"), ({"priority": None}, "priority"),
+    ({"keep_alive_seconds": 3601}, "keep_alive_seconds"),
+    ({"keep_alive_seconds": -5}, "keep_alive_seconds"),
+    ({"keep_alive_seconds": 1.0}, "keep_alive_seconds"),
+    ({"priority": 3, "status": "RUNNING"}, "status"),
+])
+def test_bad_job_changes_are_422(api: ApiFor, target: int, change: dict[str, Any],
+                                 field: str) -> None:
+    before = state()
+    assert_error(*api("member").patch(f"/api/v1/jobs/{target}", change), 422, field=field)
+    assert state() == before
+
+
+def test_keep_alive_above_the_shares_cap_is_422_also_for_an_available_pool(
+        world: World, api: ApiFor) -> None:
+    helpers.QuotaShare.live.filter(name="QS1").update(max_keep_alive_seconds=300)
+    left = job("QS1")
+    available_pool(left, keep_alive=300)
+    before = state()
+    status, body = api("member").patch(f"/api/v1/jobs/{left.id}", {"keep_alive_seconds": 301})
+    assert_error(status, body, 422, field="keep_alive_seconds")
+    assert "cap of 300" in body["error"]["fields"]["keep_alive_seconds"][0]
+    assert state() == before
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    ({"reason": 5}, "reason"), ({"reason": "x" * 1001}, "reason"),
+    ({"reason": "ok", "force": True}, "force"),
+])
+def test_bad_terminations_are_422(api: ApiFor, target: int, body: dict[str, Any],
+                                  field: str) -> None:
+    before = state()
+    assert_error(*api("member").post(f"/api/v1/jobs/{target}/terminate", body), 422,
+                 field=field)
+    assert state() == before
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    (share(sharing_strategy="RESERVE", borrow_limit=10), "borrow_limit"),
+    (share(sharing_strategy="LEND", borrow_limit=-1), "borrow_limit"),
+    (share(sharing_strategy="LEND_AND_BORROW", borrow_limit=10_001), "borrow_limit"),
+    (share(sharing_strategy="SHARE"), "sharing_strategy"),
+    (share(in_share_preemption="yes"), "in_share_preemption"),
+    (share(members="member"), "members"),
+    (share(members=["member\x00"]), "members[0]"),
+    (share(members=["nobody"]), "members"),
+    (share(capacity_limits=[{"capacity_unit": UNIT, "max_capacity": 0, "extra": 1}]),
+     "capacity_limits[0].extra"),
+    (share(capacity_limits=[{"capacity_unit": UNIT, "max_capacity": "0"}]),
+     "capacity_limits[0].max_capacity"),
+    (share(color="blue"), "color"),
+    ({"sharing_strategy": "LEND"}, "name"),
+])
+def test_bad_shares_are_422(api: ApiFor, body: dict[str, Any], field: str) -> None:
+    before = state()
+    assert_error(*api("admin").post("/api/v1/quota-shares", body), 422, field=field)
+    assert state() == before
+
+
+def test_a_borrow_limit_on_a_reserve_share_is_422(api: ApiFor) -> None:
+    before = state()
+    status, body = api("admin").patch("/api/v1/quota-shares/QS3", {"borrow_limit": 50})
+    assert_error(status, body, 422, field="borrow_limit")
+    assert "only allowed with LEND_AND_BORROW" in body["error"]["fields"]["borrow_limit"][0]
+    assert state() == before
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    ({"capacity_limits": [{"capacity_unit": UNIT, "max_capacity": 4, "spot": True}]},
+     "capacity_limits[0].spot"),
+    ({"capacity_limits": [{"capacity_unit": UNIT, "max_capacity": True}]},
+     "capacity_limits[0].max_capacity"),
+    ({"capacity_limits": [{"capacity_unit": "bad unit", "max_capacity": 4}]},
+     "capacity_limits[0].capacity_unit"),
+    ({"capacity_limits": [{"max_capacity": 4}]}, "capacity_limits[0].capacity_unit"),
+    ({"capacity_limits": {UNIT: 4}}, "capacity_limits"),
+    ({"units": []}, "units"),
+])
+def test_bad_capacities_are_422(api: ApiFor, body: dict[str, Any], field: str) -> None:
+    before = state()
+    assert_error(*api("admin").put("/api/v1/capacity", body), 422, field=field)
+    assert state() == before
+
+
+@pytest.mark.parametrize("url", [
+    "/api/v1/jobs/0", "/api/v1/jobs/-1", f"/api/v1/jobs/{2**70}", "/api/v1/jobs/1e3",
+    "/api/v1/quota-shares/bad%20name", "/api/v1/quota-shares/x%00", "/api/v1/tokens/0",
+])
+def test_bad_path_parameters_are_4xx_not_500(api: ApiFor, url: str) -> None:
+    status, body = api("admin").get(url)
+    assert status in (404, 405, 422), body
+    assert_error(status, body, status)
+
+
+def test_a_method_a_path_lacks_is_405_in_the_error_format(api: ApiFor) -> None:
+    response = api("admin").client.delete("/api/v1/capacity",
+                                          headers=api("admin").headers)
+    assert response.status_code == 405
+    assert set(response["Allow"].split(", ")) == {"GET", "PUT"}
+    assert_error(405, response.json(), 405, "METHOD_NOT_ALLOWED")
+
+
+def test_an_empty_submission_is_422(api: ApiFor) -> None:
+    before = state()
+    status, body = api("member").post("/api/v1/jobs", raw="")
+    assert_error(status, body, 422)
+    assert state() == before
