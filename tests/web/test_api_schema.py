@@ -67,6 +67,85 @@ def test_api_conforms_to_its_schema(case: Any, admin_token: str) -> None:
     assert_invariants()
 
 
+# What API.md promises, operation by operation.
+OPERATIONS = {
+    ("get", "/api/v1/capacity"), ("put", "/api/v1/capacity"),
+    ("get", "/api/v1/quota-shares"), ("post", "/api/v1/quota-shares"),
+    ("get", "/api/v1/quota-shares/{name}"), ("patch", "/api/v1/quota-shares/{name}"),
+    ("delete", "/api/v1/quota-shares/{name}"),
+    ("get", "/api/v1/jobs"), ("post", "/api/v1/jobs"), ("get", "/api/v1/jobs/{job_id}"),
+    ("patch", "/api/v1/jobs/{job_id}"), ("post", "/api/v1/jobs/{job_id}/terminate"),
+    ("get", "/api/v1/jobs/{job_id}/logs"), ("get", "/api/v1/warm-pools"),
+    ("get", "/api/v1/usage"), ("get", "/api/v1/events"),
+    ("get", "/api/v1/tokens"), ("post", "/api/v1/tokens"),
+    ("delete", "/api/v1/tokens/{token_id}"),
+}
+JOB_FIELDS = {
+    "id", "name", "quota_share", "priority", "status", "status_reason", "pending_reason",
+    "position", "instance_type", "instance_count", "created_at", "scheduled_at", "started_at",
+    "stopped_at", "attempts", "preemption_summary", "warm_pool", "keep_alive_seconds", "role",
+    "volume_size_gb", "volume_kms_key_id", "security_group_ids", "subnets",
+    "enable_network_isolation", "enable_inter_container_traffic_encryption", "retry_attempts",
+    "preemption_retries_before_termination", "max_runtime_seconds", "environment", "command",
+    "duration_seconds",
+}
+
+
+@pytest.fixture
+def served(client: Any) -> dict[str, Any]:
+    response = client.get(SCHEMA_URL)  # no credentials: the schema is public
+    assert response.status_code == 200 and response["Content-Type"].startswith(
+        "application/json")
+    return response.json()
+
+
+def test_the_schema_describes_every_operation_of_api_md(served: dict[str, Any]) -> None:
+    assert served["openapi"].startswith("3.")
+    found = {(method, path) for path, operations in served["paths"].items()
+             for method in operations}
+    assert found == OPERATIONS
+
+
+def ref(schema: dict[str, Any]) -> str:
+    return schema["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[-1]
+
+
+def test_every_operation_documents_its_answer_and_its_errors(served: dict[str, Any]) -> None:
+    for path, operations in served["paths"].items():
+        for method, operation in operations.items():
+            responses = operation["responses"]
+            errors = {"400", "401", "403", "404", "409", "413", "422"} if method != "get" else {
+                "401", "404", "422"}
+            assert errors <= set(responses), (method, path)
+            assert all(ref(responses[code]) == "ErrorOut" for code in errors), (method, path)
+            success = [code for code in responses if code.startswith("2")]
+            assert success, (method, path)
+            if method != "delete":
+                assert all(ref(responses[code]) for code in success)
+            assert operation.get("security"), (method, path)  # bearer or session
+
+
+def test_request_bodies_forbid_unknown_fields(served: dict[str, Any]) -> None:
+    schemas = served["components"]["schemas"]
+    bodies = [name for name, schema in schemas.items() if name.endswith(("In", "Patch"))]
+    assert {"JobIn", "JobPatch", "TerminateIn", "CapacityIn", "CapacityUnitIn", "QuotaShareIn",
+            "QuotaSharePatch", "LimitIn", "TokenIn"} <= set(bodies)
+    assert all(schemas[name]["additionalProperties"] is False for name in bodies)
+    assert schemas["JobIn"]["properties"]["priority"]["maximum"] == 9999
+
+
+def test_the_job_schema_has_every_field_of_api_md(served: dict[str, Any]) -> None:
+    schemas = served["components"]["schemas"]
+    assert set(schemas["JobOut"]["properties"]) >= JOB_FIELDS
+    assert set(schemas["AttemptOut"]["properties"]) >= {
+        "number", "scheduled_at", "started_at", "stopped_at", "outcome", "borrowed_instances",
+        "warm_start", "status_reason"}
+    assert set(schemas["JobWarmPoolOut"]["properties"]) == {
+        "status", "keep_alive_seconds", "expires_at", "retained_billable_seconds", "reused_by",
+        "termination_reason"}
+    assert set(schemas["ErrorDetail"]["properties"]) == {"code", "message", "fields"}
+
+
 def assert_invariants() -> None:
     """No job without a share; for every unit, the live shares' limits add up to at most
     its capacity (SPEC.md 2)."""
