@@ -130,6 +130,8 @@ def test_usage_filters(world: World, api: ApiFor) -> None:
     assert ids(since=rows[2].time.isoformat()) == [rows[2].id, rows[3].id]
     assert ids(since=rows[2].time.replace(tzinfo=None).isoformat()) == [rows[2].id, rows[3].id]
     assert ids(capacity_unit="ml.other") == []
+    assert ids(since="0001-01-01T00:00:00+05:00") == [r.id for r in rows]  # before UTC's year 1
+    assert ids(since="9999-12-31T23:00:00-05:00") == []  # after UTC's year 9999
     assert ids(after=rows[1].id, quota_share="QS1") == [rows[2].id, rows[3].id]
     _, page = api("other").get("/api/v1/usage", limit=3)
     assert page["next_after"] == rows[2].id

@@ -114,14 +114,16 @@ def list_usage(request: HttpRequest, filters: Query[UsageFilters]) -> dict[str, 
 
 
 def as_utc(moment: datetime) -> datetime:
-    """An aware UTC time (UTC when no offset is given); a time so early that UTC cannot
-    hold it (year 1 with a positive offset) is the earliest time."""
+    """An aware UTC time (UTC when no offset is given).  A time at the very edge of the
+    calendar whose UTC value does not exist (year 1 with a positive offset, year 9999
+    with a negative one) is the earliest or the latest time."""
     if timezone.is_naive(moment):
         moment = moment.replace(tzinfo=UTC)
     try:
         return moment.astimezone(UTC)
     except OverflowError:
-        return datetime.min.replace(tzinfo=UTC)
+        edge = datetime.min if moment.year == datetime.min.year else datetime.max
+        return edge.replace(tzinfo=UTC)
 
 
 @router.get("/events", response={200: EventListOut, **error_responses(READ_ERRORS)},
