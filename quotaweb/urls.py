@@ -11,4 +11,5 @@ urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("api/v1/", api_urls),
     path("api/v1/<path:rest>", not_found, name="api-not-found"),
+    path("", include("quotaweb.web.urls")),
 ]

@@ -1,0 +1,88 @@
+"""The fleet's history as Gantt bars: which instance held what, and when.
+
+An attempt holds its instances from dispatch (scheduled_at) to its end (stopped_at; open
+while it has no outcome).  A warm-pool segment holds its pool's instances from when it
+became Available to its reuse or termination, read from the job's next warm-pool event
+(a segment still Available is open).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db.models import Q
+
+from ..models import Attempt, CapacityUnit, Event, WarmPoolSegment
+from ..models.warm_pools import PoolStatus
+from . import figures
+from .usage_data import share_colours
+
+HISTORY = timedelta(hours=2)
+MAX_ATTEMPTS = 2_000
+POOL_ENDS = ("WARM_POOL_REUSED", "WARM_POOL_TERMINATED")
+
+Bar = dict[str, Any]
+
+
+def attempt_bars(now: datetime) -> list[Bar]:
+    """A bar per instance of every attempt that held instances in the last HISTORY."""
+    attempts = (
+        Attempt.objects.select_related("job__quota_share")
+        .filter(scheduled_at__lte=now)
+        .filter(Q(outcome__isnull=True) | Q(stopped_at__gte=now - HISTORY))
+        .order_by("-scheduled_at", "-id")[:MAX_ATTEMPTS]
+    )
+    return [{
+        "capacity_unit": attempt.job.instance_type, "instance": int(number),
+        "quota_share": attempt.job.quota_share.name, "kind": "run",
+        "start": attempt.scheduled_at,
+        "end": attempt.stopped_at if attempt.outcome else None,
+        "job_id": attempt.job_id, "job_name": attempt.job.name, "attempt": attempt.number,
+        "outcome": attempt.outcome, "borrowed_instances": attempt.borrowed_instances,
+        "instance_count": attempt.job.instance_count, "warm_start": attempt.warm_start,
+    } for attempt in attempts for number in attempt.instances]
+
+
+def warm_bars(now: datetime) -> list[Bar]:
+    """A bar per instance of every warm-pool segment Available in the last HISTORY."""
+    segments = list(
+        WarmPoolSegment.objects.select_related("job__quota_share", "pool")
+        .filter(available_since__isnull=False, available_since__lte=now)
+        # A segment stands Available for at most the keep-alive cap (an hour) before it
+        # ends, so older ones ended before the window.
+        .filter(Q(status=PoolStatus.AVAILABLE)
+                | Q(available_since__gte=now - HISTORY - timedelta(hours=1)))
+        .order_by("-available_since", "-id")[:MAX_ATTEMPTS]
+    )
+    ends: dict[int, list[datetime]] = {}
+    for job_id, time in Event.objects.filter(
+        type__in=POOL_ENDS, job_id__in=[s.job_id for s in segments]
+    ).order_by("time", "id").values_list("job_id", "time"):
+        ends.setdefault(job_id, []).append(time)
+    bars = []
+    for segment in segments:
+        start = segment.available_since
+        assert start is not None
+        end = None
+        if segment.status != PoolStatus.AVAILABLE:
+            later = [t for t in ends.get(segment.job_id, []) if t >= start]
+            end = later[0] if later else (segment.expires_at or start)
+            if end < now - HISTORY:
+                continue
+        instances = segment.pool.instances if segment.pool is not None else []
+        bars += [{
+            "capacity_unit": segment.job.instance_type, "instance": int(number),
+            "quota_share": segment.job.quota_share.name, "kind": "warm",
+            "start": start, "end": end, "job_id": segment.job_id,
+            "job_name": segment.job.name, "outcome": segment.termination_reason
+            or segment.status,
+        } for number in instances]
+    return bars
+
+
+def fleet(now: datetime) -> dict[str, Any]:
+    """The fleet Gantt figure of the last HISTORY (showing the last 30 minutes)."""
+    units = list(CapacityUnit.objects.order_by("name").values("name", "max_capacity"))
+    bars = attempt_bars(now) + warm_bars(now)
+    return figures.fleet_figure(units, bars, colours=share_colours(), now=now)

@@ -1,0 +1,188 @@
+"""Reading usage for the pages: the share cards, the fleet at a glance, the timelines'
+samples and preemption markers, and a share's borrowed/lent totals.  Plain dicts out,
+so the figure builders stay pure; each function costs a fixed number of queries."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db.models import Max, OuterRef, Q, Subquery
+
+from ..models import CapacityLimit, CapacityUnit, Event, Job, QuotaShare, UsageSample
+from ..realtime import serializers
+from ..realtime.serializers import FIGURES
+from . import figures
+from .series import integrate
+
+HISTORY = timedelta(hours=2)  # what a timeline holds; it shows the last 30 minutes
+MAX_SAMPLES = 20_000
+MAX_MARKERS = 2_000
+
+Row = dict[str, Any]
+
+
+def share_colours() -> dict[str, str]:
+    """Every share name ever used (deleted ones too: their history stays readable)."""
+    return figures.share_colours(QuotaShare.objects.values_list("name", flat=True))
+
+
+def last_ids() -> dict[str, int]:
+    """Where the page's live updates start: the newest event and usage sample it shows."""
+    return {
+        "last_event_id": Event.objects.aggregate(last=Max("id"))["last"] or 0,
+        "last_sample_id": UsageSample.objects.aggregate(last=Max("id"))["last"] or 0,
+    }
+
+
+def limit_rows(share: QuotaShare | None = None) -> list[Row]:
+    """One timeline row per (live share, unit it has a limit on), by share then unit."""
+    limits = CapacityLimit.objects.filter(quota_share__deleted_at__isnull=True)
+    if share is not None:
+        limits = limits.filter(quota_share=share)
+    return [{"quota_share": name, "capacity_unit": unit, "limit": limit}
+            for name, unit, limit in limits.order_by("quota_share__name", "capacity_unit")
+            .values_list("quota_share__name", "capacity_unit", "max_capacity")]
+
+
+def latest_figures() -> dict[str, dict[str, int]]:
+    """series key → the figures of its newest sample."""
+    return {figures.series_key(s.quota_share.name, s.capacity_unit):
+            {figure: getattr(s, figure) for figure in FIGURES}
+            for s in serializers.latest_usage_rows()}
+
+
+def share_cards(shares: list[QuotaShare]) -> list[Row]:
+    """A card per share: its settings and, per unit, its latest figures (zeros with the
+    configured limit before any cycle has recorded a sample)."""
+    latest = latest_figures()
+    colours = share_colours()
+    limits: dict[int, list[tuple[str, int]]] = defaultdict(list)
+    for share_id, unit, limit in CapacityLimit.objects.filter(
+        quota_share__in=shares
+    ).order_by("capacity_unit").values_list("quota_share_id", "capacity_unit", "max_capacity"):
+        limits[share_id].append((unit, limit))
+    cards = []
+    for share in shares:
+        units = []
+        for unit, limit in limits[share.pk]:
+            key = figures.series_key(share.name, unit)
+            values = latest.get(key) or {**{f: 0 for f in FIGURES}, "limit": limit}
+            units.append({"unit": unit, "key": key, **values})
+        cards.append({"share": share, "colour": colours.get(share.name), "units": units})
+    return cards
+
+
+def fleet_glance() -> list[Row]:
+    """Per capacity unit: capacity, instances in use (warm pools included), warm, idle
+    (nobody holds them), queued, and Σ share limits."""
+    totals: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for key, values in latest_figures().items():
+        unit = key.split("|", 1)[1]
+        for figure in ("in_use", "warm", "queued", "limit"):
+            totals[unit][figure] += values[figure]
+    rows = []
+    for unit in CapacityUnit.objects.order_by("name"):
+        used = totals[unit.name]
+        rows.append({
+            "name": unit.name, "capacity": unit.max_capacity, "in_use": used["in_use"],
+            "warm": used["warm"], "idle": max(0, unit.max_capacity - used["in_use"]),
+            "queued": used["queued"], "limits": used["limit"],
+            "warm_pool_limit": unit.warm_pool_limit,
+        })
+    return rows
+
+
+def timeline_samples(
+    now: datetime, share: QuotaShare | None = None, upto: int | None = None
+) -> list[Row]:
+    """Usage samples of the last HISTORY (the newest MAX_SAMPLES), plus, per series, the
+    newest one before it, moved to the start so that each line begins at its level then.
+    With `upto`, only samples up to that id: the page's script adds the later ones."""
+    since = now - HISTORY
+    before = UsageSample.objects.filter(
+        quota_share_id=OuterRef("quota_share_id"), capacity_unit=OuterRef("capacity_unit"),
+        time__lt=since,
+    ).order_by("-time", "-id").values("id")[:1]
+    limits = CapacityLimit.objects.filter(quota_share__deleted_at__isnull=True)
+    if share is not None:
+        limits = limits.filter(quota_share=share)
+    baseline = limits.annotate(sample=Subquery(before)).values("sample")
+    rows = serializers.usage_rows().filter(quota_share__deleted_at__isnull=True).filter(
+        Q(id__in=baseline) | Q(time__gte=since, time__lte=now))
+    if share is not None:
+        rows = rows.filter(quota_share=share)
+    if upto is not None:
+        rows = rows.filter(id__lte=upto)
+    newest = list(rows.order_by("-id")[:MAX_SAMPLES])
+    samples = [serializers.usage_dict(sample) for sample in reversed(newest)]
+    for sample in samples:
+        if sample["time"] < serializers.iso(since):
+            sample["time"] = serializers.iso(since)
+    return samples
+
+
+def preemption_markers(
+    now: datetime, share: QuotaShare | None = None, upto: int | None = None
+) -> list[Row]:
+    """PREEMPTED events of the last HISTORY (up to event id `upto`) as timeline markers,
+    on the row of the victim's share and unit, naming who preempted whom."""
+    events = Event.objects.filter(type="PREEMPTED", time__gte=now - HISTORY, time__lte=now)
+    if upto is not None:
+        events = events.filter(id__lte=upto)
+    if share is not None:
+        events = events.filter(quota_share=share.name)
+    rows = list(events.select_related("job").order_by("-id")[:MAX_MARKERS])
+    preemptors = {
+        job_id: name for job_id, name in Job.objects.filter(
+            pk__in={e.details.get("preempted_by") for e in rows}
+        ).values_list("id", "name")
+    }
+    return [{
+        "time": serializers.iso(event.time),
+        "quota_share": event.quota_share,
+        "capacity_unit": event.job.instance_type if event.job else "",
+        "kind": event.details.get("kind", ""),
+        "job_name": event.job.name if event.job else "?",
+        "preempted_by_name": preemptors.get(event.details.get("preempted_by"), "?"),
+    } for event in reversed(rows)]
+
+
+def timeline(
+    now: datetime, share: QuotaShare | None = None, upto: dict[str, int] | None = None
+) -> dict[str, Any]:
+    """The timeline figure of every live share (or of one).  `upto` (a page's live
+    configuration) leaves out the samples and events after its ids: the page's script
+    adds those, so none is drawn twice."""
+    upto = upto or {}
+    return figures.timeline_figure(
+        limit_rows(share), timeline_samples(now, share, upto.get("last_sample_id")),
+        preemption_markers(now, share, upto.get("last_event_id")),
+        colours=share_colours(), now=now,
+    )
+
+
+def lending_totals(share: QuotaShare, now: datetime) -> list[Row]:
+    """Per unit, instance-seconds borrowed and lent over the last hour and the last day,
+    integrating the share's usage samples as step functions."""
+    day_ago = now - timedelta(days=1)
+    before = UsageSample.objects.filter(
+        quota_share=share, capacity_unit=OuterRef("capacity_unit"), time__lt=day_ago
+    ).order_by("-time", "-id").values("id")[:1]
+    baseline = share.capacity_limits.annotate(sample=Subquery(before)).values("sample")
+    samples: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for unit, time, borrowed, lent in UsageSample.objects.filter(quota_share=share).filter(
+        Q(id__in=baseline) | Q(time__gte=day_ago, time__lte=now)
+    ).order_by("time", "id").values_list("capacity_unit", "time", "borrowed", "lent"):
+        samples[unit].append({"time": time, "borrowed": borrowed, "lent": lent})
+    rows = []
+    for unit in share.capacity_limits.order_by("capacity_unit").values_list(
+            "capacity_unit", flat=True):
+        series = samples.get(unit, [])
+        rows.append({"unit": unit, **{
+            f"{figure}_{span}": integrate(series, figure, now - delta, now)
+            for figure in ("borrowed", "lent")
+            for span, delta in (("hour", timedelta(hours=1)), ("day", timedelta(days=1)))
+        }})
+    return rows

@@ -1,0 +1,87 @@
+"""The overview (/), the fleet timeline (/fleet) and the fragments that keep them live."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import render
+from django.utils import timezone
+
+from ...models import Event, QuotaShare
+from ...realtime import serializers
+from .. import fleet_data, job_data, usage_data
+from .common import live_config
+
+RECENT_EVENTS = 60
+MAX_USAGE_GAP = 5_000
+
+
+def _cards_context() -> dict[str, Any]:
+    shares = list(QuotaShare.live.order_by("name"))
+    return {"cards": usage_data.share_cards(shares)}
+
+
+@login_required
+def overview(request: HttpRequest) -> HttpResponse:
+    now = timezone.now()
+    config = live_config()  # first: the page's state is at least as new as these ids
+    events = [serializers.event_dict(event) for event in
+              serializers.event_rows().filter(id__lte=config["last_event_id"])
+              .order_by("-id")[:RECENT_EVENTS]]
+    return render(request, "quotaweb/overview.html", {
+        "live": config,
+        "glance": usage_data.fleet_glance(),
+        **_cards_context(),
+        "timeline": usage_data.timeline(now, upto=config),
+        "events": list(reversed(events)),
+        "open_jobs": job_data.open_jobs(),
+    })
+
+
+@login_required
+def fleet(request: HttpRequest) -> HttpResponse:
+    config = live_config()
+    return render(request, "quotaweb/fleet.html", {
+        "live": config, "figure": fleet_data.fleet(timezone.now()),
+        "glance": usage_data.fleet_glance(),
+    })
+
+
+@login_required
+def fleet_figure(request: HttpRequest) -> JsonResponse:
+    """The Gantt again, for the page to redraw when instances change hands."""
+    return JsonResponse(fleet_data.fleet(timezone.now()))
+
+
+@login_required
+def fleet_glance(request: HttpRequest) -> HttpResponse:
+    return render(request, "quotaweb/fragments/fleet_glance.html",
+                  {"glance": usage_data.fleet_glance()})
+
+
+@login_required
+def share_cards(request: HttpRequest) -> HttpResponse:
+    return render(request, "quotaweb/fragments/share_cards.html", _cards_context())
+
+
+@login_required
+def open_jobs(request: HttpRequest) -> HttpResponse:
+    return render(request, "quotaweb/fragments/open_jobs.html",
+                  {"open_jobs": job_data.open_jobs()})
+
+
+@login_required
+def usage_after(request: HttpRequest) -> JsonResponse:
+    """Usage samples after ?after=<sample id>, oldest first: what a page missed between
+    its rendering (or a lost connection) and its websocket's first message.  The
+    websocket replays missed events itself, but not samples."""
+    try:
+        after = int(request.GET.get("after", "0"))
+    except ValueError:
+        after = 0
+    rows = serializers.usage_rows().filter(id__gt=after)[:MAX_USAGE_GAP]
+    latest = Event.objects.order_by("-id").values_list("id", flat=True).first()
+    return JsonResponse({"samples": [serializers.usage_dict(row) for row in rows],
+                         "last_event_id": latest or 0})

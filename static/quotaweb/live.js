@@ -1,0 +1,502 @@
+// Quotaweb's live updates: one websocket, no polling, no reloads.
+//
+// The server renders every page and builds every figure (quotaweb/web/figures.py); this
+// module only keeps them current:
+// - it connects to /ws/events/?after=<the last event id the page shows>, so the server
+//   replays what happened since the page was rendered, then fetches the usage samples it
+//   missed (the websocket replays events, not samples);
+// - "event" messages go to the event feed (preemptions highlighted, with a toast), add
+//   preemption markers to timelines, and re-fetch the server-rendered fragments whose
+//   data-live-on tokens match them;
+// - "usage" messages update the share cards' figures and append points to the timeline
+//   traces named by their meta (see figures.py), redrawn with Plotly.react;
+// - a "snapshot" (after a long disconnection) re-synchronises everything.
+// It reconnects with exponential backoff, and drops event and sample ids it already has.
+// Times are shown in the viewer's time zone.
+
+const config = readJSON("live-config");
+const REFRESH_DELAY_MS = 250;
+const TICK_MS = 1000;
+const REDRAW_EVERY_TICKS = 5;
+const MAX_BACKOFF_MS = 30000;
+const TOAST_MS = 9000;
+
+const state = {
+  lastEventId: 0,
+  lastSampleId: 0,
+  samplesSeen: new Set(),
+  latestSampleOf: new Map(), // series key -> newest sample id applied to the cards
+  jobs: new Map(),           // job id -> {name, unit}
+  retries: 0,
+  skewMs: 0,                 // server clock minus this browser's clock
+  figures: [],
+  ticks: 0,
+};
+
+function readJSON(id) {
+  const element = document.getElementById(id);
+  return element ? JSON.parse(element.textContent) : null;
+}
+
+// Time ---------------------------------------------------------------------------------
+
+const timeFormat = new Intl.DateTimeFormat(undefined, { dateStyle: "medium", timeStyle: "medium" });
+const clockFormat = new Intl.DateTimeFormat(undefined, { timeStyle: "medium" });
+
+function now() {
+  return new Date(Date.now() + state.skewMs);
+}
+
+function pad(number, width = 2) {
+  return String(number).padStart(width, "0");
+}
+
+// Plotly draws date strings as they are: give it the viewer's local wall-clock time.
+function localize(value) {
+  const d = value instanceof Date ? value : new Date(value);
+  return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ` +
+    `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}.${pad(d.getMilliseconds(), 3)}`;
+}
+
+function localizeTimes(root) {
+  for (const element of root.querySelectorAll("time[data-local]")) {
+    element.textContent = timeFormat.format(new Date(element.dateTime));
+    element.title = element.dateTime;
+  }
+}
+
+function durationText(seconds) {
+  const whole = Math.max(0, Math.round(seconds));
+  const h = Math.floor(whole / 3600);
+  const m = Math.floor((whole % 3600) / 60);
+  const s = whole % 60;
+  if (h) return `${h} h ${pad(m)} min`;
+  if (m) return `${m} min ${pad(s)} s`;
+  return `${s} s`;
+}
+
+function updateClocks() {
+  const moment = now().getTime();
+  for (const element of document.querySelectorAll("[data-countdown]")) {
+    const left = (new Date(element.dataset.countdown).getTime() - moment) / 1000;
+    element.textContent = left > 0 ? durationText(left) : "due now";
+  }
+  for (const element of document.querySelectorAll("[data-count-up-base]")) {
+    element.dataset.shownAt ??= String(Date.now());
+    const elapsed = (Date.now() - Number(element.dataset.shownAt)) / 1000;
+    element.textContent = Math.floor(Number(element.dataset.countUpBase) + elapsed);
+  }
+}
+
+// Figures ------------------------------------------------------------------------------
+
+function localizeFigure(figure) {
+  for (const trace of figure.data) {
+    const meta = trace.meta || {};
+    if (meta.tail || meta.markers) trace.x = trace.x.map(localize);
+    if (meta.time_base) trace.base = trace.base.map(localize);
+  }
+  for (const axis of figure.layout.meta?.time_axes || []) {
+    const range = figure.layout[axis]?.range;
+    if (range) figure.layout[axis].range = range.map(localize);
+  }
+  return figure;
+}
+
+function initFigures() {
+  for (const div of document.querySelectorAll("[data-figure]")) {
+    const figure = localizeFigure(readJSON(div.dataset.figure));
+    const entry = { div, follow: true, dirty: false, config: figure.config };
+    Plotly.newPlot(div, figure.data, figure.layout, figure.config);
+    div.on("plotly_relayout", (change) => {
+      if (change["xaxis.autorange"]) {
+        entry.follow = true; // double-click: follow the clock again
+        followClock(entry);
+        redraw(entry);
+      } else if ("xaxis.range[0]" in change || "xaxis.range" in change) {
+        entry.follow = false; // the viewer zoomed or panned: leave the window alone
+      }
+    });
+    state.figures.push(entry);
+  }
+}
+
+// The window that follows the clock: as figures.visible_start computes it on the server.
+function followClock(entry) {
+  const layout = entry.div.layout;
+  const meta = layout.meta || {};
+  const end = now().getTime();
+  let start = end - (meta.window_seconds || 1800) * 1000;
+  if (meta.earliest) {
+    const lead = Math.min(new Date(meta.earliest).getTime() - (meta.lead_seconds || 0) * 1000,
+      end - (meta.min_window_seconds || 0) * 1000);
+    start = Math.max(start, lead);
+  }
+  layout.xaxis.autorange = false;
+  layout.xaxis.range = [localize(new Date(start)), localize(new Date(end))];
+}
+
+function moveToNow(entry) {
+  const moment = now();
+  const stamp = localize(moment);
+  for (const trace of entry.div.data) {
+    const meta = trace.meta || {};
+    if (meta.tail && trace.x.length > 1 && trace.x[trace.x.length - 1] < stamp) {
+      trace.x[trace.x.length - 1] = stamp;
+    }
+    for (const [index, startMs] of meta.open || []) {
+      trace.x[index] = Math.max(0, moment.getTime() - startMs);
+    }
+  }
+  if (entry.follow) followClock(entry);
+}
+
+function redraw(entry) {
+  entry.dirty = false;
+  const layout = entry.div.layout;
+  layout.datarevision = (layout.datarevision || 0) + 1;
+  Plotly.react(entry.div, entry.div.data, layout, entry.config);
+}
+
+function redrawDirty() {
+  for (const entry of state.figures) if (entry.dirty) redraw(entry);
+}
+
+// A usage trace ends with a "tail" at now repeating its last value: take it off, put the
+// point in time order, and put the tail back.
+function insertPoint(trace, x, y) {
+  const xs = trace.x;
+  const ys = trace.y;
+  if (xs.length) {
+    xs.pop();
+    ys.pop();
+  }
+  let index = xs.length;
+  while (index > 0 && xs[index - 1] > x) index -= 1;
+  xs.splice(index, 0, x);
+  ys.splice(index, 0, y);
+  const stamp = localize(now());
+  const last = xs[xs.length - 1];
+  xs.push(stamp > last ? stamp : last);
+  ys.push(ys[ys.length - 1]);
+}
+
+function applySample(sample) {
+  if (state.samplesSeen.has(sample.id)) return;
+  state.samplesSeen.add(sample.id);
+  state.lastSampleId = Math.max(state.lastSampleId, sample.id);
+  const key = `${sample.quota_share}|${sample.capacity_unit}`;
+  if ((state.latestSampleOf.get(key) || 0) < sample.id) {
+    state.latestSampleOf.set(key, sample.id);
+    for (const element of document.querySelectorAll("[data-series][data-field]")) {
+      if (element.dataset.series === key) element.textContent = sample[element.dataset.field];
+    }
+  }
+  const x = localize(sample.time);
+  for (const entry of state.figures) {
+    for (const trace of entry.div.data) {
+      const meta = trace.meta || {};
+      if (meta.series === key && meta.tail && meta.field in sample) {
+        insertPoint(trace, x, sample[meta.field]);
+        entry.dirty = true;
+      }
+    }
+    const layoutMeta = entry.div.layout.meta;
+    if (entry.dirty && layoutMeta && !layoutMeta.earliest) layoutMeta.earliest = sample.time;
+    const notes = entry.div.layout.annotations || [];
+    const kept = notes.filter((note) => note.name !== `empty:${key}`);
+    if (kept.length !== notes.length) entry.div.layout.annotations = kept;
+  }
+}
+
+function addMarker(event) {
+  const details = event.details || {};
+  const unit = state.jobs.get(String(event.job))?.unit;
+  for (const entry of state.figures) {
+    const candidates = entry.div.data.filter((trace) =>
+      trace.meta?.markers === details.kind && trace.meta.share === event.quota_share);
+    const trace = candidates.find((t) => t.meta.unit === unit) || candidates[0];
+    if (!trace) continue;
+    trace.x.push(localize(event.time));
+    trace.y.push(trace.meta.y);
+    trace.customdata.push([jobName(event.job, event.job_name), jobName(details.preempted_by), details.kind]);
+    entry.dirty = true;
+  }
+}
+
+// Events -------------------------------------------------------------------------------
+
+function jobName(id, known) {
+  if (id === null || id === undefined) return "?";
+  return known || state.jobs.get(String(id))?.name || `job #${id}`;
+}
+
+function jobLink(id, name) {
+  return { job: id, name: jobName(id, name) };
+}
+
+// A sentence for an event, as parts: text, or {job, name} for a link to a job's page.
+function describe(event) {
+  const d = event.details || {};
+  const job = event.job === null ? "" : jobLink(event.job, event.job_name);
+  switch (event.type) {
+    case "SUBMITTED": return [job, ` submitted to ${event.quota_share}`];
+    case "PRIORITY_UPDATED": return [job, `: priority set to ${d.priority}`];
+    case "DISPATCHED": return [job, " dispatched",
+      d.borrowed_instances ? `, borrowing ${d.borrowed_instances}` : "",
+      d.warm_start ? ", on a warm pool" : ""];
+    case "RUNNING": return [job, " is running"];
+    case "SUCCEEDED": return [job, " succeeded"];
+    case "ATTEMPT_FAILED": return [job, `: attempt failed (${d.failure || "error"}), retrying`];
+    case "FAILED": return [job, ` failed${d.reason ? `: ${d.reason}` : ""}`];
+    case "PREEMPTED": return [jobLink(d.preempted_by), " preempted ", job, ` (${d.kind})`];
+    case "TERMINATED": return [job, ` terminated${d.reason ? `: ${d.reason}` : ""}`];
+    case "WARM_POOL_AVAILABLE": return [job, "'s warm pool is Available"];
+    case "WARM_POOL_REUSED": return [job, "'s warm pool was reused by ", jobLink(d.reused_by)];
+    case "WARM_POOL_UPDATED": return [job, `: keep-alive set to ${d.keep_alive_seconds} s`];
+    case "WARM_POOL_TERMINATED": return [job, `'s warm pool ended (${d.reason})`];
+    case "SHARE_UPDATED": return [`Quota share ${event.quota_share} changed: ${(d.fields || []).join(", ")}`];
+    case "SHARE_DELETED": return [`Quota share ${event.quota_share} deleted`];
+    case "CAPACITY_UPDATED": return [`Capacity of ${d.capacity_unit} changed`];
+    default: return [job, ` ${event.type}`];
+  }
+}
+
+function render(parts, container) {
+  for (const part of parts) {
+    if (!part) continue;
+    if (typeof part === "string") {
+      container.append(part);
+    } else {
+      const link = document.createElement("a");
+      link.href = `${config.job_url_prefix}${part.job}`;
+      link.textContent = part.name;
+      container.append(link);
+    }
+  }
+}
+
+function addToFeed(event, fresh) {
+  const feed = document.getElementById("event-feed");
+  if (!feed) return;
+  const item = document.createElement("li");
+  item.dataset.eventId = event.id;
+  if (event.type === "PREEMPTED") item.classList.add("preempted");
+  if (fresh) item.classList.add("fresh");
+  const time = document.createElement("time");
+  time.dateTime = event.time;
+  time.title = timeFormat.format(new Date(event.time));
+  time.textContent = clockFormat.format(new Date(event.time));
+  const text = document.createElement("div");
+  const type = document.createElement("span");
+  type.className = "type";
+  type.textContent = event.type;
+  text.append(type);
+  render(describe(event), text);
+  if (event.quota_share) {
+    const share = document.createElement("small");
+    share.className = "muted";
+    share.textContent = ` · ${event.quota_share}`;
+    text.append(share);
+  }
+  item.append(time, text);
+  feed.prepend(item);
+  const limit = Number(feed.dataset.limit || 100);
+  while (feed.children.length > limit) feed.lastElementChild.remove();
+  const empty = document.getElementById("event-feed-empty");
+  if (empty) empty.hidden = true;
+}
+
+function toast(event) {
+  const box = document.getElementById("toasts");
+  if (!box) return;
+  const note = document.createElement("div");
+  note.className = "toast";
+  note.setAttribute("role", "status");
+  const title = document.createElement("strong");
+  title.textContent = event.details?.kind === "CROSS_SHARE" ? "Reclaim" : "Preemption";
+  note.append(title);
+  render(describe(event), note);
+  box.append(note);
+  while (box.children.length > 4) box.firstElementChild.remove();
+  setTimeout(() => note.remove(), TOAST_MS);
+}
+
+function applyEvent(event) {
+  if (event.id <= state.lastEventId) return; // already shown (delivery is at least once)
+  state.lastEventId = event.id;
+  if (event.job !== null && event.job_name) {
+    const known = state.jobs.get(String(event.job)) || {};
+    state.jobs.set(String(event.job), { ...known, name: event.job_name });
+  }
+  addToFeed(event, true);
+  if (event.type === "PREEMPTED") {
+    addMarker(event);
+    toast(event);
+  }
+  refreshMatching({ kind: "event", event });
+}
+
+// Fragments: server-rendered parts of the page, fetched again when an event says so -----
+
+function matches(spec, message) {
+  if (message.kind === "all") return true;
+  const event = message.event;
+  return spec.split(/\s+/).filter(Boolean).some((token) => {
+    const [name, value] = token.split(/:(.*)/s);
+    if (message.kind === "usage") return name === "usage" && (!value || value === message.share);
+    if (name === "event") return true;
+    if (name === "job") return event.job !== null && (!value || String(event.job) === value);
+    if (name === "type") return event.type === value;
+    if (name === "share") return event.quota_share === value;
+    return false;
+  });
+}
+
+function refreshMatching(message) {
+  for (const element of document.querySelectorAll("[data-live-on]")) {
+    if (matches(element.dataset.liveOn, message)) scheduleRefresh(element);
+  }
+}
+
+function scheduleRefresh(element) {
+  if (element.refreshTimer) return;
+  element.refreshTimer = setTimeout(() => {
+    element.refreshTimer = null;
+    refresh(element);
+  }, REFRESH_DELAY_MS);
+}
+
+async function refresh(element) {
+  if (element.refreshing) {
+    element.refreshAgain = true;
+    return;
+  }
+  // Never replace a form the viewer is typing in: wait until they leave it.
+  if (element.contains(document.activeElement) && document.activeElement !== document.body) {
+    element.addEventListener("focusout", () => scheduleRefresh(element), { once: true });
+    return;
+  }
+  element.refreshing = true;
+  try {
+    const url = element.dataset.liveFragment || element.dataset.figureUrl;
+    const response = await fetch(url, { headers: { "X-Requested-With": "fetch" } });
+    if (response.redirected || !response.ok) {
+      if (response.redirected) setStatus("signed-out");
+      return;
+    }
+    if (element.dataset.liveFragment) {
+      element.innerHTML = await response.text();
+      localizeTimes(element);
+      updateClocks();
+    } else {
+      replaceFigure(element, await response.json());
+    }
+  } catch (error) {
+    console.warn("could not refresh", element, error);
+  } finally {
+    element.refreshing = false;
+    if (element.refreshAgain) {
+      element.refreshAgain = false;
+      scheduleRefresh(element);
+    }
+  }
+}
+
+function replaceFigure(div, figure) {
+  const entry = state.figures.find((item) => item.div === div);
+  localizeFigure(figure);
+  if (entry && !entry.follow) figure.layout.xaxis.range = div.layout.xaxis.range;
+  if (entry) entry.config = figure.config;
+  Plotly.react(div, figure.data, figure.layout, figure.config);
+  if (entry) moveToNow(entry);
+}
+
+// The connection -----------------------------------------------------------------------
+
+function setStatus(status) {
+  const badge = document.getElementById("live-status");
+  if (!badge) return;
+  badge.dataset.state = status;
+  badge.textContent = { live: "live", reconnecting: "reconnecting…", "signed-out": "signed out" }[status] || status;
+}
+
+async function fillUsageGap() {
+  try {
+    const response = await fetch(`${config.usage_url}?after=${state.lastSampleId}`);
+    if (!response.ok || response.redirected) return;
+    const body = await response.json();
+    body.samples.forEach(applySample);
+    redrawDirty();
+  } catch (error) {
+    console.warn("could not fetch missed usage samples", error);
+  }
+}
+
+function applySnapshot(message) {
+  // The log no longer holds what was missed: take the state as it is now.
+  state.lastEventId = Math.max(state.lastEventId, message.last_event_id);
+  for (const job of message.jobs || []) {
+    state.jobs.set(String(job.id), { name: job.name, unit: job.instance_type });
+  }
+  (message.usage || []).forEach(applySample);
+  refreshMatching({ kind: "all" });
+  for (const entry of state.figures) if (entry.div.dataset.figureUrl) scheduleRefresh(entry.div);
+}
+
+function handle(message) {
+  if (message.type === "event") applyEvent(message.event);
+  else if (message.type === "usage") {
+    message.samples.forEach(applySample);
+    for (const share of new Set(message.samples.map((s) => s.quota_share))) {
+      refreshMatching({ kind: "usage", share });
+    }
+  } else if (message.type === "snapshot") applySnapshot(message);
+  redrawDirty();
+}
+
+function connect() {
+  const scheme = location.protocol === "https:" ? "wss" : "ws";
+  const socket = new WebSocket(`${scheme}://${location.host}${config.ws_path}?after=${state.lastEventId}`);
+  socket.addEventListener("open", () => {
+    state.retries = 0;
+    setStatus("live");
+    fillUsageGap();
+  });
+  socket.addEventListener("message", (message) => handle(JSON.parse(message.data)));
+  socket.addEventListener("close", () => {
+    setStatus("reconnecting");
+    const delay = Math.min(MAX_BACKOFF_MS, 500 * 2 ** state.retries) * (0.75 + Math.random() / 2);
+    state.retries += 1;
+    setTimeout(connect, delay);
+  });
+}
+
+function tick() {
+  updateClocks();
+  state.ticks += 1;
+  if (state.ticks % REDRAW_EVERY_TICKS) return;
+  for (const entry of state.figures) {
+    moveToNow(entry);
+    redraw(entry);
+  }
+}
+
+function start() {
+  state.lastEventId = config.last_event_id;
+  state.lastSampleId = config.last_sample_id;
+  state.skewMs = config.server_now ? new Date(config.server_now).getTime() - Date.now() : 0;
+  for (const [id, job] of Object.entries(config.jobs || {})) state.jobs.set(id, job);
+  localizeTimes(document);
+  updateClocks();
+  if (window.Plotly) initFigures();
+  for (const event of readJSON("initial-events") || []) addToFeed(event, false);
+  connect();
+  setInterval(tick, TICK_MS);
+  window.quotaweb = state; // for the browser tests and a curious reader
+}
+
+if (config) {
+  if (document.readyState === "complete" || window.Plotly || !document.querySelector("[data-figure]")) start();
+  else window.addEventListener("load", start, { once: true });
+}

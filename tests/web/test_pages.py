@@ -1,0 +1,514 @@
+"""The dashboard's pages through the Django test client, against the real PostgreSQL:
+sign-in, who sees which form, the services' messages shown on the fields, nothing saved
+when a change is refused, and CSRF on every form."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+
+from quotaweb.models import CapacityLimit, CapacityUnit, Event, Job, QuotaShare, WarmPool
+from quotaweb.scheduling.tick import run_cycle
+from quotaweb.services.jobs import submit_job
+
+pytestmark = pytest.mark.django_db
+
+UNIT = "ml.g5.xlarge"
+ClientFor = Callable[[Any], Client]
+
+
+def _submit(name: str, share: str = "QS1", **fields: Any) -> Job:
+    fields.setdefault("duration_seconds", 600)
+    job, _ = submit_job(None, name=name, quota_share=share, instance_type=UNIT, **fields)
+    return job
+
+
+def _json_script(html: str, element_id: str) -> Any:
+    found = re.search(rf'<script id="{element_id}" type="application/json">(.*?)</script>',
+                      html, re.S)
+    assert found, f"no json_script {element_id}"
+    return json.loads(found.group(1))
+
+
+def _options(html: str, select: str) -> list[str]:
+    block = re.search(rf'<select name="{select}"[^>]*>(.*?)</select>', html, re.S)
+    assert block, f"no select {select}"
+    return re.findall(r'<option value="([^"]*)"', block.group(1))
+
+
+def _events(kind: str) -> list[Event]:
+    return list(Event.objects.filter(type=kind).order_by("id"))
+
+
+# Sign-in --------------------------------------------------------------------------------
+
+
+PAGES = ["/", "/fleet", "/shares/QS1", "/jobs/{job}", "/submit", "/warm-pools", "/capacity",
+         "/fleet/figure.json", "/live/fleet-glance", "/live/share-cards", "/live/open-jobs",
+         "/live/usage", "/shares/QS1/jobs", "/jobs/{job}/status", "/jobs/{job}/log-tail",
+         "/warm-pools/table"]
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_every_page_requires_sign_in(walkthrough_config: Any, page: str) -> None:
+    job = _submit("a")
+    url = page.format(job=job.pk)
+    response = Client().get(url)
+    assert response.status_code == 302
+    assert response["Location"].startswith(f"/accounts/login/?next={url}")
+
+
+def test_the_sign_in_page_has_username_password_and_csrf() -> None:
+    html = Client().get("/accounts/login/").content.decode()
+    assert 'name="username"' in html and 'name="password"' in html
+    assert 'name="csrfmiddlewaretoken"' in html
+
+
+def test_signing_in_leads_to_the_overview(member: Any) -> None:
+    client = Client(enforce_csrf_checks=True)
+    page = client.get("/accounts/login/")
+    token = page.cookies["csrftoken"].value
+    response = client.post("/accounts/login/", {"username": "member", "password": "password",
+                                                "csrfmiddlewaretoken": token})
+    assert response.status_code == 302 and response["Location"] == "/"
+    assert client.get("/").status_code == 200
+
+
+@pytest.mark.parametrize("page", [p for p in PAGES if p != "/capacity"])
+def test_every_page_answers_a_signed_in_member(
+    walkthrough_config: Any, member: Any, client_for: ClientFor, page: str
+) -> None:
+    job = _submit("a")
+    assert client_for(member).get(page.format(job=job.pk)).status_code == 200
+
+
+# The overview ---------------------------------------------------------------------------
+
+
+def test_the_overview_shows_cards_the_timeline_and_the_live_configuration(
+    walkthrough_config: Any, member: Any, client_for: ClientFor
+) -> None:
+    job = _submit("qs1_job_high", priority=3)
+    run_cycle(now=timezone.now())
+    html = client_for(member).get("/").content.decode()
+    for share in ("QS1", "QS2", "QS3"):
+        assert f'href="/shares/{share}"' in html
+    assert f'data-series="QS1|{UNIT}" data-field="own">1<' in html
+    figure = _json_script(html, "timeline-figure")
+    assert {t["meta"].get("series") for t in figure["data"]} == {
+        f"QS1|{UNIT}", f"QS2|{UNIT}", f"QS3|{UNIT}"}
+    live = _json_script(html, "live-config")
+    assert live["last_event_id"] == Event.objects.latest("id").id
+    assert live["jobs"][str(job.pk)] == {"name": "qs1_job_high", "unit": UNIT}
+    events = _json_script(html, "initial-events")
+    assert [e["type"] for e in events][-1] == "DISPATCHED"
+    assert "/static/vendor/plotly/plotly.min.js" in html
+    assert "cdn" not in html.lower()
+
+
+def test_the_overview_of_an_empty_system_says_what_to_do(admin: Any,
+                                                         client_for: ClientFor) -> None:
+    html = client_for(admin).get("/").content.decode()
+    assert "No capacity yet" in html and "Add a capacity unit" in html
+    assert "No quota shares yet" in html
+
+
+def test_the_page_never_draws_what_the_websocket_will_replay(
+    walkthrough_config: Any, member: Any, client_for: ClientFor
+) -> None:
+    """Samples and events after the live configuration's ids are left to the script."""
+    _submit("a")
+    run_cycle(now=timezone.now())
+    html = client_for(member).get("/").content.decode()
+    live = _json_script(html, "live-config")
+    response = client_for(member).get(f"/live/usage?after={live['last_sample_id']}")
+    assert response.json()["samples"] == []
+    everything = client_for(member).get("/live/usage?after=0").json()["samples"]
+    assert {s["quota_share"] for s in everything} == {"QS1", "QS2", "QS3"}
+
+
+# The share page -------------------------------------------------------------------------
+
+
+def test_an_administrator_sees_the_share_form_and_a_member_does_not(
+    walkthrough_config: Any, admin: Any, member: Any, client_for: ClientFor
+) -> None:
+    assert 'action="/shares/QS1#edit"' in client_for(admin).get("/shares/QS1").content.decode()
+    html = client_for(member).get("/shares/QS1").content.decode()
+    assert "Change QS1" not in html and 'name="limit_0"' not in html
+
+
+def test_a_member_cannot_post_a_share_change(
+    walkthrough_config: Any, member: Any, client_for: ClientFor
+) -> None:
+    response = client_for(member).post("/shares/QS1", {"limit_0": "0"})
+    assert response.status_code == 403
+    assert CapacityLimit.objects.get(quota_share__name="QS1").max_capacity == 1
+
+
+def _share_form(share: QuotaShare, **changes: Any) -> dict[str, Any]:
+    data = {"limit_0": "1", "sharing_strategy": share.sharing_strategy,
+            "borrow_limit": "" if share.borrow_limit is None else str(share.borrow_limit),
+            "state": share.state, "max_keep_alive_seconds": str(share.max_keep_alive_seconds),
+            "members": [str(pk) for pk in share.members.values_list("pk", flat=True)]}
+    if share.in_share_preemption:
+        data["in_share_preemption"] = "on"
+    data.update(changes)
+    return data
+
+
+def test_a_limit_above_capacity_is_refused_on_the_field_and_nothing_is_saved(
+    walkthrough_config: Any, admin: Any, client_for: ClientFor
+) -> None:
+    before = Event.objects.count()
+    response = client_for(admin).post(
+        "/shares/QS1", _share_form(walkthrough_config.qs1, limit_0="2"))
+    assert response.status_code == 422
+    html = response.content.decode()
+    error = re.search(r'<p class="field-error" role="alert" id="limits-error">(.*?)</p>',
+                      html, re.S)
+    assert error and "would add up to 4, above its max_capacity 3" in error.group(1)
+    assert 'value="2"' in html  # the refused value stays in the form, to correct it
+    assert CapacityLimit.objects.get(quota_share__name="QS1").max_capacity == 1
+    assert Event.objects.count() == before
+
+
+def test_a_borrow_limit_on_a_lending_share_is_refused_on_its_field(
+    walkthrough_config: Any, admin: Any, client_for: ClientFor
+) -> None:
+    response = client_for(admin).post(
+        "/shares/QS2", _share_form(walkthrough_config.qs2, borrow_limit="50"))
+    assert response.status_code == 422
+    field = re.search(r'<div class="field has-error">\s*<label for="id_borrow_limit">.*?</div>',
+                      response.content.decode(), re.S)
+    assert field and "only allowed with LEND_AND_BORROW" in field.group(0)
+    assert QuotaShare.live.get(name="QS2").borrow_limit is None
+
+
+def test_a_valid_change_is_saved_through_the_services_naming_what_changed(
+    walkthrough_config: Any, admin: Any, client_for: ClientFor
+) -> None:
+    client = client_for(admin)
+    response = client.post(
+        "/shares/QS3", _share_form(walkthrough_config.qs3, limit_0="0",
+                                   max_keep_alive_seconds="600"))
+    assert response.status_code == 302 and response["Location"] == "/shares/QS3"
+    share = QuotaShare.live.get(name="QS3")
+    assert share.max_keep_alive_seconds == 600
+    assert CapacityLimit.objects.get(quota_share=share).max_capacity == 0
+    assert [e.details for e in _events("SHARE_UPDATED")] == [
+        {"fields": ["capacity_limits", "max_keep_alive_seconds"]}]
+    assert "Quota share QS3 saved." in client.get("/shares/QS3").content.decode()
+
+
+def test_the_share_page_lists_jobs_by_status_with_position_and_pending_reason(
+    walkthrough_config: Any, member: Any, client_for: ClientFor
+) -> None:
+    for name, priority in (("high", 3), ("med", 2), ("low", 1)):
+        _submit(name, priority=priority)
+    run_cycle(now=timezone.now())
+    html = client_for(member).get("/shares/QS1").content.decode()
+    groups = re.findall(r'<h3 class="group">(\w+) <small', html)
+    assert groups == ["SCHEDULED", "RUNNABLE"]  # what holds capacity first
+    low = re.search(r'<tr data-job="\d+">\s*<td><a href="/jobs/\d+">low</a>.*?</tr>', html, re.S)
+    assert low is not None
+    cells = re.findall(r"<td[^>]*>(.*?)</td>", low.group(0), re.S)
+    assert cells[3].strip() == "1"  # position
+    assert "other shares do not have enough idle capacity" in cells[5]
+
+
+def test_the_share_page_totals_borrowed_and_lent_instance_seconds(
+    walkthrough_config: Any, member: Any, client_for: ClientFor
+) -> None:
+    start = timezone.now() - timedelta(minutes=10)
+    _submit("high", priority=3)
+    _submit("med", priority=2)
+    run_cycle(now=start)  # med borrows QS2's idle instance from now on
+    html = client_for(member).get("/shares/QS1").content.decode()
+    row = re.search(r"<tr><td>ml\.g5\.xlarge</td>(.*?)</tr>", html, re.S)
+    assert row is not None
+    figures = [int(n) for n in re.findall(r'<td class="num">(\d+) <small>', row.group(1))]
+    assert figures[:2] == [pytest.approx(600, abs=5)] * 2 and figures[2:] == [0, 0]
+
+
+# Submitting -----------------------------------------------------------------------------
+
+
+def test_the_submit_form_lists_only_the_members_shares(
+    walkthrough_config: Any, admin: Any, other: Any, password_hash: str,
+    client_for: ClientFor
+) -> None:
+    walkthrough_config.qs2.members.add(other)
+    assert _options(client_for(other).get("/submit").content.decode(), "quota_share") == ["QS2"]
+    assert _options(client_for(admin).get("/submit").content.decode(), "quota_share") == [
+        "QS1", "QS2", "QS3"]
+
+
+def test_a_user_of_no_share_is_told_what_to_do(
+    walkthrough_config: Any, other: Any, client_for: ClientFor
+) -> None:
+    html = client_for(other).get("/submit").content.decode()
+    assert "not a member of any quota share" in html and 'name="quota_share"' not in html
+
+
+def _submission(**fields: Any) -> dict[str, Any]:
+    data = {"name": "from_form", "quota_share": "QS1", "instance_type": UNIT,
+            "instance_count": "1", "priority": "2", "keep_alive_seconds": "0",
+            "duration_seconds": "30", "retry_attempts": "1", "max_runtime_seconds": "86400",
+            "volume_size_gb": "0", "client_token": "tok-1"}
+    data.update(fields)
+    return data
+
+
+def test_submitting_redirects_to_the_new_jobs_page(
+    walkthrough_config: Any, member: Any, client_for: ClientFor
+) -> None:
+    client = client_for(member)
+    response = client.post("/submit", _submission(security_group_ids="sg-2, sg-1",
+                                                  environment="A=1\nB=two=2"))
+    job = Job.objects.get(name="from_form")
+    assert response.status_code == 302 and response["Location"] == f"/jobs/{job.pk}"
+    assert (job.submitted_by, job.priority, job.duration_seconds) == (member, 2, 30)
+    assert job.security_group_ids == ["sg-2", "sg-1"]
+    assert job.environment == {"A": "1", "B": "two=2"}
+    assert [e.job_id for e in _events("SUBMITTED")] == [job.pk]
+    # The same form sent twice (a double click) makes one job.
+    again = client.post("/submit", _submission(security_group_ids="sg-2, sg-1",
+                                               environment="A=1\nB=two=2"))
+    assert again["Location"] == f"/jobs/{job.pk}" and Job.objects.count() == 1
+
+
+def test_an_invalid_submission_shows_each_problem_on_its_field_and_makes_no_job(
+    walkthrough_config: Any, member: Any, client_for: ClientFor
+) -> None:
+    response = client_for(member).post("/submit", _submission(
+        duration_seconds="", keep_alive_seconds="99999", priority="10000"))
+    assert response.status_code == 422
+    html = response.content.decode()
+    for field, words in (("keep_alive_seconds", "above quota share QS1&#x27;s cap of 3600"),
+                         ("priority", "priority must be between 0 and 9999"),
+                         ("duration_seconds", "Give command")):
+        block = re.search(rf'<label for="id_{field}">.*?</div>', html, re.S)
+        assert block and words in block.group(0), field
+    assert not Job.objects.exists()
+
+
+def test_a_member_cannot_submit_to_another_share_by_editing_the_form(
+    walkthrough_config: Any, other: Any, client_for: ClientFor
+) -> None:
+    walkthrough_config.qs2.members.add(other)
+    response = client_for(other).post("/submit", _submission(quota_share="QS1"))
+    assert response.status_code == 422 and not Job.objects.exists()
+
+
+# The job page ---------------------------------------------------------------------------
+
+
+def test_a_member_sees_the_actions_and_another_user_does_not(
+    walkthrough_config: Any, member: Any, other: Any, client_for: ClientFor
+) -> None:
+    job = _submit("a", command="echo secret-words", duration_seconds=None)
+    html = client_for(member).get(f"/jobs/{job.pk}").content.decode()
+    for action in ("priority", "terminate", "keep-alive"):
+        assert f'action="/jobs/{job.pk}/{action}"' in html
+    assert "secret-words" in html
+    html = client_for(other).get(f"/jobs/{job.pk}").content.decode()
+    assert f'action="/jobs/{job.pk}/priority"' not in html
+    assert "secret-words" not in html
+    assert "Only members of QS1 and administrators see this job's logs" in html
+
+
+def test_a_waiting_job_shows_its_pending_reason_and_position(
+    walkthrough_config: Any, member: Any, client_for: ClientFor
+) -> None:
+    for name, priority in (("high", 3), ("med", 2), ("low", 1)):
+        _submit(name, priority=priority)
+    run_cycle(now=timezone.now())
+    low = Job.objects.get(name="low")
+    html = client_for(member).get(f"/jobs/{low.pk}").content.decode()
+    assert "Waiting because" in html and "NO_IDLE_CAPACITY_TO_BORROW" in html
+    assert "<dt>Position</dt><dd>1 in QS1's queue</dd>" in html
+
+
+def test_changing_priority_and_terminating_go_through_the_services(
+    walkthrough_config: Any, member: Any, client_for: ClientFor
+) -> None:
+    job = _submit("a")
+    client = client_for(member)
+    assert client.post(f"/jobs/{job.pk}/priority", {"priority": "7"}).status_code == 302
+    response = client.post(f"/jobs/{job.pk}/priority", {"priority": "-1"})
+    assert response.status_code == 422
+    assert "priority must be between 0 and 9999" in response.content.decode()
+    assert client.post(f"/jobs/{job.pk}/terminate", {"reason": "not needed"}).status_code == 302
+    job.refresh_from_db()
+    assert (job.priority, job.status, job.status_reason) == (7, "FAILED", "not needed")
+    assert [e.details for e in _events("PRIORITY_UPDATED")] == [{"priority": 7}]
+    html = client.get(f"/jobs/{job.pk}").content.decode()
+    assert "nothing is left to change" in html
+
+
+def test_another_user_cannot_act_on_a_job(
+    walkthrough_config: Any, other: Any, client_for: ClientFor
+) -> None:
+    job = _submit("a")
+    response = client_for(other).post(f"/jobs/{job.pk}/terminate", {"reason": "mine now"})
+    assert response.status_code == 403
+    assert "Only members of quota share QS1" in response.content.decode()
+    job.refresh_from_db()
+    assert job.status == "SUBMITTED"
+
+
+def test_a_preempted_job_shows_who_preempted_it(
+    walkthrough_config: Any, member: Any, client_for: ClientFor
+) -> None:
+    now = timezone.now()
+    for name, priority in (("qs1_job_high", 3), ("qs1_job_med", 2)):
+        _submit(name, priority=priority)
+    run_cycle(now=now - timedelta(seconds=5))
+    _submit("qs2_job_1", share="QS2", priority=1)
+    run_cycle(now=now)
+    med = Job.objects.get(name="qs1_job_med")
+    html = client_for(member).get(f"/jobs/{med.pk}").content.decode()
+    assert re.search(r"<strong>CROSS_SHARE</strong>.*preempted by <a href=\"/jobs/\d+\">"
+                     r"qs2_job_1</a> \(QS2\)", html, re.S)
+    overview = client_for(member).get("/").content.decode()
+    markers = [t for t in _json_script(overview, "timeline-figure")["data"]
+               if t["meta"].get("markers") == "CROSS_SHARE" and t["meta"]["share"] == "QS1"]
+    assert markers[0]["customdata"] == [["qs1_job_med", "qs2_job_1", "CROSS_SHARE"]]
+
+
+# Warm pools ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def warm_pool(walkthrough_config: Any) -> Job:
+    """QS3's job "warm" finished 100 s ago and left a pool Available for 300 s."""
+    CapacityUnit.objects.filter(name=UNIT).update(warm_pool_limit=1, cold_start_seconds=0,
+                                                  warm_start_seconds=0)
+    start = timezone.now() - timedelta(seconds=130)
+    job = _submit("warm", share="QS3", duration_seconds=30, keep_alive_seconds=300)
+    run_cycle(now=start)
+    run_cycle(now=start + timedelta(seconds=1))
+    run_cycle(now=start + timedelta(seconds=31))
+    assert WarmPool.objects.get().status == "Available"
+    return job
+
+
+def test_the_warm_pools_page_shows_countdown_billable_time_and_actions(
+    warm_pool: Job, member: Any, other: Any, client_for: ClientFor
+) -> None:
+    html = client_for(member).get("/warm-pools").content.decode()
+    assert "data-countdown=" in html and "data-count-up-base=" in html
+    assert 'action="/warm-pools/' in html and "Terminate pool" in html
+    assert "<dt>security groups</dt>" in html
+    assert 'action="/warm-pools/' not in client_for(other).get("/warm-pools").content.decode()
+
+
+def test_extending_and_terminating_a_pool(warm_pool: Job, member: Any,
+                                          client_for: ClientFor) -> None:
+    pool = WarmPool.objects.get()
+    client = client_for(member)
+    response = client.post(f"/warm-pools/{pool.pk}/keep-alive", {"keep_alive_seconds": "9999"})
+    assert response.status_code == 422 and "cap of 3600" in response.content.decode()
+    assert client.post(f"/warm-pools/{pool.pk}/keep-alive",
+                       {"keep_alive_seconds": "600"}).status_code == 302
+    pool.refresh_from_db()
+    assert pool.expires_at == pool.available_since + timedelta(seconds=600)
+    assert client.post(f"/warm-pools/{pool.pk}/keep-alive",
+                       {"keep_alive_seconds": "0"}).status_code == 302
+    pool.refresh_from_db()
+    assert (pool.status, pool.termination_reason) == ("Terminated", "USER")
+    html = client.get(f"/jobs/{warm_pool.pk}").content.decode()
+    assert "Terminated</span> (USER)" in html
+
+
+def test_the_fleet_figure_has_a_bar_per_instance_and_the_warm_period(
+    warm_pool: Job, member: Any, client_for: ClientFor
+) -> None:
+    figure = client_for(member).get("/fleet/figure.json").json()
+    names = [trace["name"] for trace in figure["data"]]
+    assert names == ["QS3", "QS3 warm pool"]
+    run, warm = figure["data"]
+    assert run["y"] == [f"{UNIT} #0"] and run["x"] == [30_000]
+    assert warm["y"] == [f"{UNIT} #0"] and warm["meta"]["open"]
+
+
+# Capacity --------------------------------------------------------------------------------
+
+
+def test_capacity_is_for_administrators(walkthrough_config: Any, member: Any,
+                                        client_for: ClientFor) -> None:
+    assert client_for(member).get("/capacity").status_code == 403
+    unit = walkthrough_config.unit
+    assert client_for(member).post(f"/capacity/units/{unit.pk}",
+                                   {f"unit-{unit.pk}-max_capacity": "9"}).status_code == 403
+
+
+def test_capacity_shows_the_sum_of_limits_and_refuses_to_go_below_it(
+    walkthrough_config: Any, admin: Any, client_for: ClientFor
+) -> None:
+    client = client_for(admin)
+    unit = walkthrough_config.unit
+    html = client.get("/capacity").content.decode()
+    assert re.search(r"Σ share limits <strong>3</strong> of capacity <strong>3</strong>", html)
+    prefix = f"unit-{unit.pk}-"
+    form = {prefix + "max_capacity": "2", prefix + "warm_pool_limit": "0",
+            prefix + "cold_start_seconds": "60", prefix + "warm_start_seconds": "5"}
+    response = client.post(f"/capacity/units/{unit.pk}", form)
+    assert response.status_code == 422
+    assert "would add up to 3, above its max_capacity 2" in response.content.decode()
+    assert CapacityUnit.objects.get().max_capacity == 3
+    form[prefix + "max_capacity"] = "5"
+    assert client.post(f"/capacity/units/{unit.pk}", form).status_code == 302
+    assert CapacityUnit.objects.get().max_capacity == 5
+    assert [e.details for e in _events("CAPACITY_UPDATED")] == [{"capacity_unit": UNIT}]
+
+
+def test_adding_a_capacity_unit(admin: Any, client_for: ClientFor) -> None:
+    response = client_for(admin).post("/capacity/units", {
+        "new-name": "ml.p4d.24xlarge", "new-max_capacity": "2", "new-warm_pool_limit": "0",
+        "new-cold_start_seconds": "60", "new-warm_start_seconds": "5"})
+    assert response.status_code == 302
+    assert CapacityUnit.objects.get().name == "ml.p4d.24xlarge"
+
+
+# CSRF ------------------------------------------------------------------------------------
+
+
+def test_every_form_carries_a_csrf_token(warm_pool: Job, admin: Any,
+                                         client_for: ClientFor) -> None:
+    client = client_for(admin)
+    for page in ("/", "/shares/QS1", f"/jobs/{warm_pool.pk}", "/submit", "/warm-pools",
+                 "/capacity"):
+        html = client.get(page).content.decode()
+        forms = re.findall(r"<form\b.*?</form>", html, re.S)
+        posting = [f for f in forms if 'method="post"' in f]
+        assert posting, page
+        for form in posting:
+            assert 'name="csrfmiddlewaretoken"' in form, (page, form[:120])
+
+
+@pytest.mark.parametrize(("url", "data"), [
+    ("/submit", _submission()),
+    ("/shares/QS1", {"limit_0": "0"}),
+    ("/jobs/{job}/priority", {"priority": "5"}),
+    ("/jobs/{job}/terminate", {"reason": "x"}),
+])
+def test_a_post_without_the_csrf_token_is_refused(
+    walkthrough_config: Any, admin: Any, url: str, data: dict[str, Any]
+) -> None:
+    job = _submit("a")
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(admin)
+    response = client.post(url.format(job=job.pk), data)
+    assert response.status_code == 403
+    job.refresh_from_db()
+    assert (job.priority, job.status) == (0, "SUBMITTED")
+    assert Job.objects.count() == 1
