@@ -159,7 +159,9 @@ USE_I18N = False
 USE_TZ = True
 
 STATIC_URL = "/static/"
-STATIC_ROOT = DATA_DIR / "staticfiles"
+STATIC_ROOT = Path(env.string("QUOTAWEB_STATIC_ROOT", str(DATA_DIR / "staticfiles")) or DATA_DIR)
+# WhiteNoise warns about a missing folder; collectstatic fills it, finders serve meanwhile.
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 STATICFILES_DIRS = [BASE_DIR / "static"]
 WHITENOISE_USE_FINDERS = True
 
