@@ -38,8 +38,8 @@ OKABE_ITO = ("#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "
 INK = "#222222"
 LENT_GREY = "#8C8C8C"
 WINDOW_SECONDS = 30 * 60
-MIN_WINDOW_SECONDS = 5 * 60
-LEAD_SECONDS = 60
+MIN_WINDOW_SECONDS = 60
+LEAD_SECONDS = 15
 MARKER_Y = 0.86
 STACKED_FIELDS = ("own", "borrowed", "lent")
 MARKER_STYLE = {
@@ -123,7 +123,7 @@ def _earliest(times: Iterable[Moment]) -> Any:
 
 def visible_start(now: Any, window_seconds: int, earliest: Any) -> Any:
     """Where the visible window starts: `window_seconds` before now, or, when the data
-    is younger than that, a minute before it begins (but at least MIN_WINDOW_SECONDS
+    is younger than that, LEAD_SECONDS before it begins (but at least MIN_WINDOW_SECONDS
     before now), so a young system's history is not a sliver at the right edge."""
     start = now - timedelta(seconds=window_seconds)
     if earliest is None:
@@ -246,11 +246,12 @@ def _timeline_layout(
     """`tops`: the highest value each row reaches (its limit or its stacked usage)."""
     count = max(1, len(tops))
     layout: dict[str, Any] = {
-        "height": 90 + 170 * count,
-        "margin": {"l": 44, "r": 12, "t": 52, "b": 36},
+        "height": 130 + 170 * count,
+        "margin": {"l": 44, "r": 12, "t": 28, "b": 84},
         "hovermode": "closest",
         "showlegend": bool(tops),
-        "legend": {"orientation": "h", "x": 1, "xanchor": "right", "y": 1,
+        # Below the time axis, so that it never covers a row's title on a narrow screen.
+        "legend": {"orientation": "h", "x": 0, "y": 0, "yref": "container",
                    "yanchor": "bottom", "font": {"size": 11}},
         "paper_bgcolor": "rgba(0,0,0,0)",
         "plot_bgcolor": "#ffffff",

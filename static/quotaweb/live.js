@@ -103,9 +103,16 @@ function localizeFigure(figure) {
   return figure;
 }
 
+// On a phone the legend would wrap over the time axis: the key under the chart says the
+// same.
+function fitLegend(figure, div) {
+  if (div.clientWidth < 640) figure.layout.showlegend = false;
+}
+
 function initFigures() {
   for (const div of document.querySelectorAll("[data-figure]")) {
     const figure = localizeFigure(readJSON(div.dataset.figure));
+    fitLegend(figure, div);
     const entry = { div, follow: true, dirty: false, config: figure.config };
     Plotly.newPlot(div, figure.data, figure.layout, figure.config);
     div.on("plotly_relayout", (change) => {
@@ -406,6 +413,7 @@ async function refresh(element) {
 function replaceFigure(div, figure) {
   const entry = state.figures.find((item) => item.div === div);
   localizeFigure(figure);
+  fitLegend(figure, div);
   if (entry && !entry.follow) figure.layout.xaxis.range = div.layout.xaxis.range;
   if (entry) entry.config = figure.config;
   Plotly.react(div, figure.data, figure.layout, figure.config);

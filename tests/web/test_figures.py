@@ -196,9 +196,9 @@ def test_rows_share_one_time_axis_showing_the_last_thirty_minutes() -> None:
 
 def test_a_young_history_is_not_squeezed_into_the_right_edge() -> None:
     figure = build([row("QS1")], [sample("QS1", 8, own=1)])
-    assert figure["layout"]["xaxis"]["range"][0] == at(9)  # a minute before the data
-    figure = build([row("QS1")], [sample("QS1", 1, own=1)])
-    assert figure["layout"]["xaxis"]["range"][0] == at(5)  # at least five minutes
+    assert figure["layout"]["xaxis"]["range"][0] == at(8.25)  # 15 s before the data
+    figure = build([row("QS1")], [sample("QS1", 0.5, own=1)])
+    assert figure["layout"]["xaxis"]["range"][0] == at(1)  # at least a minute
 
 
 def test_the_legend_shows_each_encoding_once() -> None:

@@ -1,0 +1,162 @@
+"""Browser tests against a live server (Playwright for Python, the system's Chromium).
+
+Each test gets its own `manage.py serve` on a free port, in the embedded mode (SQLite in
+a temporary data folder, the scheduling cycle ticking in the server process), prepared
+once per session by `manage.py migrate`, `manage.py demo` (capacity ml.g5.xlarge × 3, the
+walkthrough's shares QS1-QS3, users admin, alice (QS1), bob (QS2), carol (QS3)) and a
+small script that makes instances start at once.  Browsers are never downloaded: the
+tests use /usr/bin/chromium and fail, never skip, when it is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu",
+                 "--disable-background-networking", "--disable-component-update",
+                 "--no-first-run", "--disable-sync"]
+VIEWPORT = {"width": 1280, "height": 800}
+
+# Instances start at once, and a preemptor waits two seconds for its victims' grace.
+FAST_STARTS = """
+from quotaweb.services import configuration
+configuration.update_capacity_unit("ml.g5.xlarge", cold_start_seconds=0, warm_start_seconds=0)
+"""
+
+
+def _embedded_env(data_dir: Path) -> dict[str, str]:
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("DATABASE_URL", "REDIS_URL", "SECRET_KEY", "ALLOWED_HOSTS")}
+    env.update(DJANGO_SETTINGS_MODULE="quotaweb.settings", QUOTAWEB_DATA_DIR=str(data_dir),
+               QUOTAWEB_IN_PROCESS_SCHEDULER="1", QUOTAWEB_PREEMPTION_GRACE_SECONDS="2",
+               PYTHONUNBUFFERED="1")
+    return env
+
+
+def _manage(data_dir: Path, *args: str) -> None:
+    subprocess.run([sys.executable, str(REPO / "manage.py"), *args],
+                   env=_embedded_env(data_dir), cwd=REPO, check=True, timeout=180,
+                   capture_output=True)
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is missing: the browser tests need the system's Chromium "
+                    "(apt-get install -y chromium; scripts/test installs it as root).",
+                    pytrace=False)
+    return CHROMIUM
+
+
+@pytest.fixture(scope="session")
+def prepared_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A data folder with the schema, the demo's configuration and users, made once."""
+    data = tmp_path_factory.mktemp("quotaweb-data")
+    _manage(data, "migrate", "--noinput", "--verbosity", "0")
+    _manage(data, "demo", "--verbosity", "0")
+    _manage(data, "shell", "-c", FAST_STARTS)
+    return data
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return response.status == 200
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+@dataclass
+class QuotawebServer:
+    url: str
+    passwords: dict[str, str]
+    log: Path
+
+
+@pytest.fixture
+def server(prepared_data: Path, tmp_path: Path) -> Iterator[QuotawebServer]:
+    """`manage.py serve` on a fresh copy of the prepared data, stopped after the test."""
+    data = tmp_path / "data"
+    shutil.copytree(prepared_data, data)
+    port = _free_port()
+    log_path = tmp_path / "serve.log"
+    with log_path.open("w") as log:
+        server = subprocess.Popen(
+            [sys.executable, str(REPO / "manage.py"), "serve", "--port", str(port)],
+            env=_embedded_env(data), cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while not _healthy(f"{url}/healthz"):
+            if server.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"the server did not start:\n{log_path.read_text()}", pytrace=False)
+            time.sleep(0.3)
+        passwords = json.loads((data / "demo-users.json").read_text())
+        yield QuotawebServer(url, passwords, log_path)
+    finally:
+        server.send_signal(signal.SIGTERM)
+        try:
+            server.wait(20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait(5)
+
+
+@pytest.fixture(scope="session")
+def browser(chromium: str) -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()
+
+
+SignedIn = Callable[..., Any]
+
+
+@pytest.fixture
+def signed_in(browser: Any, server: QuotawebServer) -> Iterator[SignedIn]:
+    """signed_in(username, viewport=VIEWPORT) -> a page signed in through the sign-in form
+    (each user in a browser context of their own)."""
+    contexts: list[Any] = []
+
+    def sign_in(username: str, viewport: dict[str, int] | None = None) -> Any:
+        context = browser.new_context(viewport=viewport or VIEWPORT)
+        contexts.append(context)
+        page = context.new_page()
+        page.errors = []
+        page.on("pageerror", lambda error: page.errors.append(str(error)))
+        page.goto(f"{server.url}/accounts/login/")
+        page.fill("input[name=username]", username)
+        page.fill("input[name=password]", server.passwords[username])
+        page.click("button[type=submit]")
+        page.wait_for_url(f"{server.url}/")
+        return page
+
+    yield sign_in
+    for context in contexts:
+        context.close()
