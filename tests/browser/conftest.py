@@ -21,7 +21,6 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -89,11 +88,42 @@ def _healthy(url: str) -> bool:
         return False
 
 
-@dataclass
 class QuotawebServer:
-    url: str
-    passwords: dict[str, str]
-    log: Path
+    """`manage.py serve` on a data folder and a port; `stop()` and `start()` again (the
+    same folder and port) to see pages reconnect."""
+
+    def __init__(self, data: Path, port: int, log: Path) -> None:
+        self.data, self.port, self.log = data, port, log
+        self.url = f"http://127.0.0.1:{port}"
+        self.passwords: dict[str, str] = json.loads((data / "demo-users.json").read_text())
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with self.log.open("a") as log:
+            self._process = subprocess.Popen(
+                [sys.executable, str(REPO / "manage.py"), "serve", "--port", str(self.port)],
+                env=_embedded_env(self.data), cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 60
+        while not _healthy(f"{self.url}/healthz"):
+            if self._process.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"the server did not start:\n{self.log.read_text()}",
+                            pytrace=False)
+            time.sleep(0.3)
+
+    def stop(self) -> None:
+        if self._process is None:
+            return
+        self._process.send_signal(signal.SIGTERM)
+        try:
+            self._process.wait(20)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait(5)
+        self._process = None
+
+    def manage(self, *args: str) -> None:
+        """Run a management command on this server's data (while it is stopped)."""
+        _manage(self.data, *args)
 
 
 @pytest.fixture
@@ -101,28 +131,12 @@ def server(prepared_data: Path, tmp_path: Path) -> Iterator[QuotawebServer]:
     """`manage.py serve` on a fresh copy of the prepared data, stopped after the test."""
     data = tmp_path / "data"
     shutil.copytree(prepared_data, data)
-    port = _free_port()
-    log_path = tmp_path / "serve.log"
-    with log_path.open("w") as log:
-        server = subprocess.Popen(
-            [sys.executable, str(REPO / "manage.py"), "serve", "--port", str(port)],
-            env=_embedded_env(data), cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
+    running = QuotawebServer(data, _free_port(), tmp_path / "serve.log")
     try:
-        deadline = time.monotonic() + 60
-        while not _healthy(f"{url}/healthz"):
-            if server.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"the server did not start:\n{log_path.read_text()}", pytrace=False)
-            time.sleep(0.3)
-        passwords = json.loads((data / "demo-users.json").read_text())
-        yield QuotawebServer(url, passwords, log_path)
+        running.start()
+        yield running
     finally:
-        server.send_signal(signal.SIGTERM)
-        try:
-            server.wait(20)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait(5)
+        running.stop()
 
 
 @pytest.fixture(scope="session")

@@ -192,3 +192,33 @@ def test_a_member_does_not_see_the_share_form(signed_in: SignedIn,
     expect(alice.locator("input[name=limit_0]")).to_have_count(0)
     expect(alice.get_by_text("Change QS1")).to_have_count(0)
     expect(alice.get_by_role("link", name="Submit a job to QS1")).to_be_visible()
+
+
+SUBMIT_WHILE_DOWN = """
+from django.contrib.auth import get_user_model
+from quotaweb.services.jobs import submit_job
+alice = get_user_model().objects.get(username="alice")
+submit_job(alice, name="offline_job", quota_share="QS1", instance_type="ml.g5.xlarge",
+           duration_seconds=600)
+"""
+
+
+def test_a_page_reconnects_and_catches_up_on_what_it_missed(
+    signed_in: SignedIn, server: QuotawebServer
+) -> None:
+    overview = signed_in("admin")
+    status = overview.locator("#live-status")
+    expect(status).to_have_text("live", timeout=LIVE_TIMEOUT_MS)
+    navigations = _watch_navigations(overview)
+    server.stop()
+    expect(status).to_have_text("reconnecting…", timeout=LIVE_TIMEOUT_MS)
+    server.manage("shell", "-c", SUBMIT_WHILE_DOWN)  # an event the page never saw
+    server.start()
+    expect(status).to_have_text("live", timeout=45_000)  # after its backoff
+    feed = overview.locator("#event-feed li", has_text="offline_job submitted to QS1")
+    expect(feed).to_have_count(1, timeout=LIVE_TIMEOUT_MS)  # replayed once, not twice
+    expect(_job_row_status(overview, "offline_job")).to_have_text(
+        "RUNNING", timeout=LIVE_TIMEOUT_MS)
+    expect(overview.locator('[data-series="QS1|ml.g5.xlarge"][data-field="own"]').first
+           ).to_have_text("1", timeout=LIVE_TIMEOUT_MS)
+    _assert_not_reloaded(overview, navigations)
