@@ -55,6 +55,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "channels",
+    "ninja",  # for the Swagger UI files it ships, served from static/ (no CDN)
     "quotaweb",
 ]
 

@@ -233,6 +233,11 @@ def test_the_docs_page_serves_swagger_ui_from_static_without_a_cdn(client: Clien
     assert all(asset.startswith("/static/") for asset in assets), assets
     assert "cdn" not in html.lower() and "http://" not in html and "https://" not in html
     assert '"url": "/api/v1/openapi.json"' in html
+    for asset in assets:
+        served = client.get(asset)
+        assert served.status_code == 200, asset
+        body = b"".join(served.streaming_content) if served.streaming else served.content
+        assert body, asset
 
 
 def test_unknown_paths_under_the_api_are_json_404s(world: World) -> None:
