@@ -235,11 +235,13 @@ class CycleState:
         """Whether the head would be in quota after placement (SPEC.md 5.3): U ≤ L when it
         reuses a pool, else U + n ≤ L counting its share's non-matching pools as gone."""
         share, unit = head.quota_share, head.instance_type
-        used = self.ledger(unit).used(share)
-        limit = self.limit(share, unit)
+        account = self._ledgers[unit].accounts[share]
+        if not self.pools[share]:  # the common case, without warm pools
+            return account.used + head.instance_count <= account.limit
         if self.matching_pool(head) is not None:
-            return used <= limit
-        return used - self.own_pool_instances(share, unit) + head.instance_count <= limit
+            return account.used <= account.limit
+        own_pools = self.own_pool_instances(share, unit)
+        return account.used - own_pools + head.instance_count <= account.limit
 
     def borrows_on_placement(self, head: Job) -> bool:
         """A head for the borrowing pass: its share may borrow and it is not in quota."""
