@@ -431,10 +431,13 @@ function setStatus(status) {
 
 async function fillUsageGap() {
   try {
-    const response = await fetch(`${config.usage_url}?after=${state.lastSampleId}`);
-    if (!response.ok || response.redirected) return;
-    const body = await response.json();
-    body.samples.forEach(applySample);
+    for (let more = true; more;) {
+      const response = await fetch(`${config.usage_url}?after=${state.lastSampleId}`);
+      if (!response.ok || response.redirected) return;
+      const body = await response.json();
+      body.samples.forEach(applySample);
+      more = body.more && body.samples.length > 0;
+    }
     redrawDirty();
   } catch (error) {
     console.warn("could not fetch missed usage samples", error);

@@ -9,7 +9,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.utils import timezone
 
-from ...models import Event, QuotaShare
+from ...models import QuotaShare
 from ...realtime import serializers
 from .. import fleet_data, job_data, usage_data
 from .common import live_config
@@ -81,7 +81,6 @@ def usage_after(request: HttpRequest) -> JsonResponse:
         after = int(request.GET.get("after", "0"))
     except ValueError:
         after = 0
-    rows = serializers.usage_rows().filter(id__gt=after)[:MAX_USAGE_GAP]
-    latest = Event.objects.order_by("-id").values_list("id", flat=True).first()
+    rows = list(serializers.usage_rows().filter(id__gt=after)[:MAX_USAGE_GAP])
     return JsonResponse({"samples": [serializers.usage_dict(row) for row in rows],
-                         "last_event_id": latest or 0})
+                         "more": len(rows) == MAX_USAGE_GAP})
