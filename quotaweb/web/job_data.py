@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import QuerySet, Sum
 
 from ..models import Attempt, Job, LogLine, QuotaShare, WarmPool, WarmPoolSegment
 from ..models.jobs import ACTIVE_STATUSES, QUEUED_STATUSES, JobStatus
@@ -95,7 +95,8 @@ def pool_rows(now: datetime, *, live: bool) -> list[Row]:
     """Warm pools with their owner's segment: live ones (Available, InUse) by expiry, or
     the latest terminated ones."""
     pools: QuerySet[WarmPool] = WarmPool.objects.select_related(
-        "quota_share", "owner", "owner__warm_pool_segment")
+        "quota_share", "owner", "owner__warm_pool_segment",
+    ).annotate(billed=Sum("segments__retained_billable_seconds"))
     if live:
         pools = pools.filter(status__in=(PoolStatus.AVAILABLE, PoolStatus.IN_USE))
         ordered = sorted(pools, key=lambda p: (p.status != PoolStatus.AVAILABLE,
@@ -106,13 +107,15 @@ def pool_rows(now: datetime, *, live: bool) -> list[Row]:
 
 
 def pool_row(pool: WarmPool, now: datetime) -> Row:
+    """A pool's row; its billable time is that of every job's segment along its chain
+    (annotated `billed`), growing while it stands Available."""
     try:
         owned: WarmPoolSegment | None = pool.owner.warm_pool_segment
     except WarmPoolSegment.DoesNotExist:
         owned = None
     available = pool.status == PoolStatus.AVAILABLE
     since = owned.available_since if owned is not None and available else None
-    retained = owned.retained_billable_seconds if owned is not None else 0.0
+    retained = float(getattr(pool, "billed", None) or 0.0)
     return {
         "pool": pool, "segment": owned,
         "keep_alive_seconds": owned.keep_alive_seconds if owned is not None else None,

@@ -427,6 +427,9 @@ def test_extending_and_terminating_a_pool(warm_pool: Job, member: Any,
     assert (pool.status, pool.termination_reason) == ("Terminated", "USER")
     html = client.get(f"/jobs/{warm_pool.pk}").content.decode()
     assert "Terminated</span> (USER)" in html
+    ended = client.get("/warm-pools").content.decode().split("Recently terminated")[1]
+    billed = re.search(r'<td>USER</td>\s*<td class="num">(\d+) s</td>', ended)
+    assert billed and 95 <= int(billed.group(1)) <= 110  # Available from 100 s ago
 
 
 def test_the_fleet_figure_has_a_bar_per_instance_and_the_warm_period(
