@@ -15,6 +15,7 @@ urlpatterns = [
     path("jobs/<int:job_id>", jobs.job_detail, name="job"),
     path("jobs/<int:job_id>/status", jobs.job_status, name="job-status"),
     path("jobs/<int:job_id>/log-tail", jobs.job_log_tail, name="job-log-tail"),
+    path("jobs/<int:job_id>/actions", jobs.job_actions, name="job-actions"),
     path("jobs/<int:job_id>/priority", jobs.change_priority, name="job-priority"),
     path("jobs/<int:job_id>/terminate", jobs.terminate, name="job-terminate"),
     path("jobs/<int:job_id>/keep-alive", jobs.change_keep_alive, name="job-keep-alive"),

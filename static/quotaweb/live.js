@@ -379,8 +379,10 @@ async function refresh(element) {
     element.refreshAgain = true;
     return;
   }
-  // Never replace a form the viewer is typing in: wait until they leave it.
-  if (element.contains(document.activeElement) && document.activeElement !== document.body) {
+  // Never replace a form the viewer is typing in, nor the problems the server found in
+  // what they sent: wait until they leave it.
+  const typing = element.contains(document.activeElement) && document.activeElement !== document.body;
+  if (typing || element.querySelector(".field-error, .form-errors")) {
     element.addEventListener("focusout", () => scheduleRefresh(element), { once: true });
     return;
   }

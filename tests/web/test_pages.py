@@ -53,6 +53,7 @@ def _events(kind: str) -> list[Event]:
 PAGES = ["/", "/fleet", "/shares/QS1", "/jobs/{job}", "/submit", "/warm-pools", "/capacity",
          "/fleet/figure.json", "/live/fleet-glance", "/live/share-cards", "/live/open-jobs",
          "/live/usage", "/shares/QS1/jobs", "/jobs/{job}/status", "/jobs/{job}/log-tail",
+         "/jobs/{job}/actions",
          "/warm-pools/table"]
 
 
@@ -430,6 +431,17 @@ def test_extending_and_terminating_a_pool(warm_pool: Job, member: Any,
     ended = client.get("/warm-pools").content.decode().split("Recently terminated")[1]
     billed = re.search(r'<td>USER</td>\s*<td class="num">(\d+) s</td>', ended)
     assert billed and 95 <= int(billed.group(1)) <= 110  # Available from 100 s ago
+
+
+def test_a_finished_job_with_an_available_pool_offers_only_its_keep_alive(
+    warm_pool: Job, member: Any, client_for: ClientFor
+) -> None:
+    html = client_for(member).get(f"/jobs/{warm_pool.pk}/actions").content.decode()
+    assert f'action="/jobs/{warm_pool.pk}/keep-alive"' in html
+    assert "/priority" not in html and "/terminate" not in html
+    assert "0 terminates it" in html
+    status = client_for(member).get(f"/jobs/{warm_pool.pk}/status").content.decode()
+    assert "Available" in status and "data-countdown=" in status
 
 
 def test_the_fleet_figure_has_a_bar_per_instance_and_the_warm_period(

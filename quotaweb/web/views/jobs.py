@@ -89,6 +89,15 @@ def job_status(request: HttpRequest, job_id: int) -> HttpResponse:
 
 
 @login_required
+def job_actions(request: HttpRequest, job_id: int) -> HttpResponse:
+    """The forms the viewer may use now (they change as the job ends, or its pool)."""
+    job = _job(job_id)
+    return render(request, "quotaweb/fragments/job_actions.html", {
+        "job": job, **_actions(request, job),
+        "max_keep_alive": job.quota_share.max_keep_alive_seconds})
+
+
+@login_required
 def job_log_tail(request: HttpRequest, job_id: int) -> HttpResponse:
     job = _job(job_id)
     secrets = can_see_job_secrets(request.user, job)
