@@ -57,8 +57,9 @@ def free_port() -> int:
 
 
 def wait_for(what: str, probe: Callable[[], T | None], timeout: float = WAIT_SECONDS,
-             on_poll: Callable[[], None] | None = None) -> T:
-    """Poll `probe` until it returns something truthy; fail after `timeout` seconds."""
+             on_poll: Callable[[], None] | None = None, raise_on_timeout: bool = True) -> T:
+    """Poll `probe` until it returns something truthy; fail after `timeout` seconds (or,
+    with raise_on_timeout=False, return the last falsy value)."""
     deadline = time.monotonic() + timeout
     while True:
         value = probe()
@@ -67,6 +68,8 @@ def wait_for(what: str, probe: Callable[[], T | None], timeout: float = WAIT_SEC
         if on_poll is not None:
             on_poll()
         if time.monotonic() > deadline:
+            if not raise_on_timeout:
+                return value  # type: ignore[return-value]
             raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
         time.sleep(POLL_SECONDS)
 
