@@ -366,6 +366,19 @@ function refreshMatching(message) {
   }
 }
 
+// A SUBMITTED job becomes RUNNABLE (with its pending reason) in the next cycle, and no
+// event says so: a fragment showing one looks again once a cycle has run, a few times at
+// most (then the next event about it refreshes it).
+const MAX_RECHECKS = 3;
+
+function recheckLater(element) {
+  const marker = element.querySelector("[data-recheck-after]");
+  const done = Number(element.dataset.rechecks || 0);
+  if (!marker || done >= MAX_RECHECKS) return;
+  element.dataset.rechecks = String(done + 1);
+  setTimeout(() => scheduleRefresh(element), Number(marker.dataset.recheckAfter));
+}
+
 function scheduleRefresh(element) {
   if (element.refreshTimer) return;
   element.refreshTimer = setTimeout(() => {
@@ -398,6 +411,7 @@ async function refresh(element) {
       element.innerHTML = await response.text();
       localizeTimes(element);
       updateClocks();
+      recheckLater(element);
     } else {
       replaceFigure(element, await response.json());
     }
@@ -504,6 +518,7 @@ function start() {
   updateClocks();
   if (window.Plotly) initFigures();
   for (const event of readJSON("initial-events") || []) addToFeed(event, false);
+  document.querySelectorAll("[data-live-fragment]").forEach(recheckLater);
   connect();
   setInterval(tick, TICK_MS);
   window.quotaweb = state; // for the browser tests and a curious reader

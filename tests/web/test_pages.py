@@ -338,6 +338,22 @@ def test_a_waiting_job_shows_its_pending_reason_and_position(
     assert "<dt>Position</dt><dd>1 in QS1's queue</dd>" in html
 
 
+def test_a_submitted_job_asks_the_page_to_look_again_after_the_next_cycle(
+    walkthrough_config: Any, member: Any, client_for: ClientFor
+) -> None:
+    """SUBMITTED → RUNNABLE writes no event, so the fragments showing a SUBMITTED job
+    carry a marker for one more look; a RUNNABLE one does not."""
+    job = _submit("a")
+    client = client_for(member)
+    for url in (f"/jobs/{job.pk}/status", "/live/open-jobs", "/shares/QS1/jobs"):
+        assert "data-recheck-after=" in client.get(url).content.decode(), url
+    run_cycle(now=timezone.now())
+    job.refresh_from_db()
+    assert job.status in ("RUNNABLE", "SCHEDULED")
+    for url in (f"/jobs/{job.pk}/status", "/live/open-jobs", "/shares/QS1/jobs"):
+        assert "data-recheck-after=" not in client.get(url).content.decode(), url
+
+
 def test_changing_priority_and_terminating_go_through_the_services(
     walkthrough_config: Any, member: Any, client_for: ClientFor
 ) -> None:
