@@ -543,3 +543,18 @@ def test_a_post_without_the_csrf_token_is_refused(
     job.refresh_from_db()
     assert (job.priority, job.status) == (0, "SUBMITTED")
     assert Job.objects.count() == 1
+
+
+def test_plotly_is_served_from_static_and_matches_the_installed_package() -> None:
+    """The product works offline; the figures are checked against the installed plotly's
+    schema, so the vendored plotly.js must be the same release (scripts/vendor-plotly)."""
+    from pathlib import Path
+
+    import plotly
+    from django.contrib.staticfiles import finders
+
+    vendored = finders.find("vendor/plotly/plotly.min.js")
+    assert vendored, "static/vendor/plotly/plotly.min.js is missing: run scripts/vendor-plotly"
+    packaged = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+    assert Path(vendored).read_bytes() == packaged.read_bytes(), \
+        "the vendored plotly.min.js differs from the plotly package's: run scripts/vendor-plotly"
