@@ -1,0 +1,531 @@
+"""`quotaweb`: the command line over the Python client (quotaweb.client).
+
+    quotaweb submit --share QS1 --name train --priority 3 --duration 600
+    quotaweb jobs --share QS1 --status RUNNING --status RUNNABLE
+    quotaweb wait 12 --until RUNNING,SUCCEEDED --timeout 300
+    quotaweb logs 12 -f
+
+The server and the token come from QUOTAWEB_URL and QUOTAWEB_TOKEN (--url and --token
+override them).  Output is a table for people, or the API's JSON with --json.  Exit
+status: 0 done, 1 the API refused (its message on stderr) or a wait did not end as asked,
+2 a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any, TextIO
+
+from .client import STATUSES, Client, QueuedJob, QuotawebError, WaitTimeout
+from .client.client import statuses
+
+Json = dict[str, Any]
+PROG = "quotaweb"
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+POOL_STATUSES = ("InUse", "Available", "Reused", "Terminated")
+RELATIVE = re.compile(r"^(\d+)([smhd])$")
+UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86_400}
+
+
+class Failed(Exception):
+    """The command ran but did not get what was asked (exit 1): a wait that timed out or
+    ended in another status."""
+
+
+# Arguments ----------------------------------------------------------------------------
+
+
+def _key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key, value
+
+
+def _status_list(text: str) -> list[str]:
+    try:
+        return sorted(statuses(text))
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _pool_status(text: str) -> str:
+    for status in POOL_STATUSES:
+        if status.lower() == text.lower():
+            return status
+    raise argparse.ArgumentTypeError(f"use one of {', '.join(POOL_STATUSES)}")
+
+
+def _since(text: str) -> str:
+    """An ISO 8601 time, or a span back from now: 30s, 10m, 2h, 1d."""
+    match = RELATIVE.match(text.strip())
+    if match:
+        span = timedelta(seconds=int(match.group(1)) * UNIT_SECONDS[match.group(2)])
+        return (datetime.now(UTC) - span).isoformat()
+    try:
+        datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is neither an ISO 8601 time nor a span like 10m or 2h") from None
+    return text
+
+
+def _positive(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError("must be more than 0")
+    return value
+
+
+def _common() -> argparse.ArgumentParser:
+    """--url, --token and --json, accepted before or after the subcommand (SUPPRESS keeps
+    a subcommand's absent flag from overwriting the main parser's)."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--url", default=argparse.SUPPRESS,
+                        help="the server, e.g. http://127.0.0.1:8000 [$QUOTAWEB_URL]")
+    common.add_argument("--token", default=argparse.SUPPRESS,
+                        help="an API token (manage.py create_token) [$QUOTAWEB_TOKEN]")
+    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                        help="print the API's JSON instead of tables")
+    return common
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = _common()
+    parser = argparse.ArgumentParser(
+        prog=PROG, parents=[common],
+        description="Submit and follow jobs on a Quotaweb server.",
+        epilog="Exit status: 0 done, 1 refused by the server (or a wait that did not end "
+               "as asked), 2 usage error.")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        return commands.add_parser(name, parents=[common], help=help, description=help)
+
+    submit = command("submit", "Submit a job.")
+    submit.add_argument("--share", "-s", required=True, help="the quota share")
+    submit.add_argument("--name", "-n", required=True, help="the job's name")
+    submit.add_argument("--priority", "-p", type=int, help="higher runs first [0]")
+    submit.add_argument("--instance-type", help="[the share's capacity unit, if only one]")
+    submit.add_argument("--instance-count", type=int, help="[1]")
+    submit.add_argument("--keep-alive", type=int, dest="keep_alive_seconds", metavar="SECONDS",
+                        help="keep the instances warm this long after success [0]")
+    work = submit.add_mutually_exclusive_group(required=True)
+    work.add_argument("--command", "-c", dest="job_command", metavar="SHELL_COMMAND",
+                      help="a shell command (the local executor runs it)")
+    work.add_argument("--duration", type=int, dest="duration_seconds", metavar="SECONDS",
+                      help="simulated work of this many seconds")
+    submit.add_argument("--env", "-e", type=_key_value, action="append", default=[],
+                        metavar="KEY=VALUE", help="an environment variable (repeatable)")
+    submit.add_argument("--client-token", help="makes a repeated submit return the same "
+                                               "job [a new UUID]")
+    submit.add_argument("--retry-attempts", type=int, metavar="N",
+                        help="all attempts, the first included")
+    submit.add_argument("--preemption-retries", type=int,
+                        dest="preemption_retries_before_termination", metavar="N",
+                        help="FAILED at the (N+1)-th preemption [unlimited]")
+    submit.add_argument("--max-runtime", type=int, dest="max_runtime_seconds",
+                        metavar="SECONDS", help="per attempt")
+    submit.add_argument("--role")
+    submit.add_argument("--volume-size", type=int, dest="volume_size_gb", metavar="GB")
+    submit.add_argument("--volume-kms-key-id")
+    submit.add_argument("--security-group", action="append", dest="security_group_ids",
+                        metavar="ID", help="repeatable")
+    submit.add_argument("--subnet", action="append", dest="subnets", metavar="ID",
+                        help="repeatable")
+    submit.add_argument("--network-isolation", action="store_true", default=None,
+                        dest="enable_network_isolation")
+    submit.add_argument("--inter-container-encryption", action="store_true", default=None,
+                        dest="enable_inter_container_traffic_encryption")
+
+    jobs = command("jobs", "List jobs, newest first.")
+    jobs.add_argument("--share", "-s", help="only this quota share's jobs")
+    jobs.add_argument("--status", type=_status_list, action="append", default=[],
+                      help=f"repeatable or comma-separated: {', '.join(STATUSES)}")
+    jobs.add_argument("--name", "-n", help="exact name, or a prefix ending in *")
+    jobs.add_argument("--limit", type=int, default=50, help="at most this many [50]")
+
+    describe = command("describe", "Show a job.")
+    describe.add_argument("job_id", type=int, metavar="ID")
+
+    update = command("update", "Change a job's priority or keep-alive.")
+    update.add_argument("job_id", type=int, metavar="ID")
+    update.add_argument("--priority", "-p", type=int)
+    update.add_argument("--keep-alive", type=int, dest="keep_alive_seconds", metavar="SECONDS",
+                        help="0 ends an Available warm pool")
+
+    terminate = command("terminate", "Terminate a job (it becomes FAILED).")
+    terminate.add_argument("job_id", type=int, metavar="ID")
+    terminate.add_argument("--reason", "-r", help="its status_reason [Terminated by user]")
+
+    wait = command("wait", "Wait until a job reaches one of some statuses.")
+    wait.add_argument("job_id", type=int, metavar="ID")
+    wait.add_argument("--until", "-u", type=_status_list, default=["FAILED", "SUCCEEDED"],
+                      metavar="STATUSES", help="comma-separated statuses [SUCCEEDED,FAILED]")
+    wait.add_argument("--timeout", "-t", type=_positive, metavar="SECONDS",
+                      help="give up after SECONDS (exit 1) [never]")
+    wait.add_argument("--poll", type=_positive, default=1.0, metavar="SECONDS",
+                      help="seconds between reads [1]")
+
+    logs = command("logs", "Print a job's log lines (local executor).")
+    logs.add_argument("job_id", type=int, metavar="ID")
+    logs.add_argument("--follow", "-f", action="store_true",
+                      help="print new lines as they come, until the job ends")
+    logs.add_argument("--tail", type=int, default=200, metavar="N",
+                      help="the last N lines first [200]")
+
+    command("shares", "List the quota shares and their usage.")
+    command("capacity", "Show the capacity units.")
+
+    usage = command("usage", "Usage samples, oldest first.")
+    usage.add_argument("--since", type=_since, default="1h", metavar="TIME",
+                       help="ISO 8601 time, or a span back from now like 10m, 2h [1h]")
+    usage.add_argument("--share", "-s")
+    usage.add_argument("--unit", help="a capacity unit")
+
+    pools = command("warm-pools", "List warm pools, newest first.")
+    pools.add_argument("--status", type=_pool_status, action="append", default=[],
+                       help=f"repeatable: {', '.join(POOL_STATUSES)}")
+    pools.add_argument("--share", "-s")
+
+    events = command("events", "Events in commit order.")
+    events.add_argument("--after", type=int, help="after this event id")
+    events.add_argument("--limit", type=int, default=100, help="at most this many [100]")
+    return parser
+
+
+# Output -------------------------------------------------------------------------------
+
+
+def short_time(value: str | None) -> str:
+    """2026-01-31T12:00:05.123456Z reads as 2026-01-31 12:00:05."""
+    if not value:
+        return "-"
+    return value.replace("T", " ")[:19]
+
+
+def cell(value: Any) -> str:
+    if value is None or value == "":
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    texts = [[cell(value) for value in row] for row in rows]
+    widths = [max([len(header), *(len(row[i]) for row in texts)])
+              for i, header in enumerate(headers)]
+    lines = ["  ".join(text.ljust(width) for text, width in zip(line, widths, strict=True))
+             .rstrip() for line in [list(headers), *texts]]
+    return "\n".join(lines)
+
+
+def reason(job: Json) -> str:
+    pending = job.get("pending_reason")
+    if pending:
+        return f"{pending['code']} (#{job.get('position') or '?'})"
+    return job.get("status_reason") or ""
+
+
+def jobs_table(jobs: Iterable[Json]) -> str:
+    return table(
+        ("ID", "NAME", "SHARE", "PRI", "STATUS", "REASON", "INSTANCES", "CREATED"),
+        [(job["id"], job["name"], job["quota_share"], job["priority"], job["status"],
+          reason(job), f"{job['instance_count']}×{job['instance_type']}",
+          short_time(job["created_at"])) for job in jobs])
+
+
+def job_line(job: Json) -> str:
+    text = f"job {job['id']} {job['name']} ({job['quota_share']}): {job['status']}"
+    pending = job.get("pending_reason")
+    if pending:
+        text += f", {pending['code']}: {pending['message']}"
+    elif job.get("status_reason"):
+        text += f", {job['status_reason']}"
+    return text
+
+
+def describe_text(job: Json) -> str:
+    executor = (f"local: {job['command']}" if job.get("executor") == "local"
+                else f"simulated, {job.get('duration_seconds')} s of work")
+    if job.get("executor") == "local" and job.get("command") is None:
+        executor = "local (command hidden)"
+    pending = job.get("pending_reason")
+    summary = job["preemption_summary"]
+    facts = [
+        ("status", job["status"]),
+        ("status reason", job.get("status_reason")),
+        ("pending reason", f"{pending['code']}: {pending['message']}" if pending else None),
+        ("position", job.get("position")),
+        ("priority", job["priority"]),
+        ("instances", f"{job['instance_count']} × {job['instance_type']}"),
+        ("executor", executor),
+        ("keep-alive", f"{job['keep_alive_seconds']} s"),
+        ("submitted by", job.get("submitted_by")),
+        ("created", short_time(job["created_at"])),
+        ("scheduled", short_time(job.get("scheduled_at"))),
+        ("started", short_time(job.get("started_at"))),
+        ("stopped", short_time(job.get("stopped_at"))),
+        ("preempted", f"{summary['preempted_attempt_count']} time(s)"),
+    ]
+    if job.get("environment"):
+        facts.append(("environment", " ".join(f"{key}={value}" for key, value
+                                               in sorted(job["environment"].items()))))
+    width = max(len(name) for name, _ in facts)
+    lines = [f"Job {job['id']} {job['name']} in {job['quota_share']}"]
+    lines += [f"  {name:<{width}}  {cell(value)}" for name, value in facts
+              if value not in (None, "-")]
+    if job["attempts"]:
+        lines += ["", "Attempts:", _indent(table(
+            ("#", "SCHEDULED", "STARTED", "STOPPED", "OUTCOME", "BORROWED", "WARM", "KIND",
+             "BY", "REASON"),
+            [(a["number"], short_time(a["scheduled_at"]), short_time(a["started_at"]),
+              short_time(a["stopped_at"]), a["outcome"], a["borrowed_instances"],
+              a["warm_start"], a.get("kind"), a.get("preempted_by"), a["status_reason"])
+             for a in job["attempts"]]))]
+    pool = job.get("warm_pool")
+    if pool:
+        lines += ["", "Warm pool:", _indent(table(
+            ("STATUS", "KEEP-ALIVE", "EXPIRES", "BILLABLE S", "REUSED BY", "ENDED"),
+            [(pool["status"], pool["keep_alive_seconds"], short_time(pool["expires_at"]),
+              round(pool["retained_billable_seconds"], 1), pool["reused_by"],
+              pool["termination_reason"])]))]
+    return "\n".join(lines)
+
+
+def _indent(text: str) -> str:
+    return "\n".join(f"  {line}" for line in text.splitlines())
+
+
+def shares_table(shares: Iterable[Json]) -> str:
+    rows = []
+    for share in shares:
+        for unit, figures in sorted(share["usage"].items()) or [("-", {})]:
+            rows.append((share["name"], share["sharing_strategy"], share["state"], unit,
+                         *(figures.get(key) for key in ("limit", "in_use", "own", "borrowed",
+                                                        "lent", "warm", "queued")),
+                         ",".join(share["members"])))
+    return table(("SHARE", "STRATEGY", "STATE", "UNIT", "LIMIT", "IN_USE", "OWN", "BORROWED",
+                  "LENT", "WARM", "QUEUED", "MEMBERS"), rows)
+
+
+def capacity_table(units: Iterable[Json]) -> str:
+    return table(("UNIT", "MAX", "WARM_POOL_LIMIT", "COLD_START_S", "WARM_START_S"),
+                 [(u["capacity_unit"], u["max_capacity"], u["warm_pool_limit"],
+                   u["cold_start_seconds"], u["warm_start_seconds"]) for u in units])
+
+
+def usage_table(samples: Iterable[Json]) -> str:
+    keys = ("limit", "in_use", "own", "borrowed", "lent", "warm", "queued")
+    return table(("TIME", "SHARE", "UNIT", *(key.upper() for key in keys)),
+                 [(short_time(s["time"]), s["quota_share"], s["capacity_unit"],
+                   *(s.get(key) for key in keys)) for s in samples])
+
+
+def pools_table(pools: Iterable[Json]) -> str:
+    return table(("ID", "SHARE", "JOB", "INSTANCES", "STATUS", "KEEP-ALIVE", "EXPIRES",
+                  "BILLABLE S", "ENDED"),
+                 [(p["id"], p["quota_share"], p["job"],
+                   f"{p['instance_count']}×{p['instance_type']}", p["status"],
+                   p["keep_alive_seconds"], short_time(p["expires_at"]),
+                   round(p["retained_billable_seconds"], 1), p.get("termination_reason"))
+                  for p in pools])
+
+
+def events_table(events: Iterable[Json]) -> str:
+    return table(("ID", "TIME", "TYPE", "JOB", "SHARE", "DETAILS"),
+                 [(e["id"], short_time(e["time"]), e["type"], e.get("job"),
+                   e.get("quota_share"), json.dumps(e["details"], sort_keys=True))
+                  for e in events])
+
+
+class Progress:
+    """The wait's live line on stderr: rewritten in place on a terminal, one line per
+    change of status or pending reason otherwise (a log file stays readable)."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.tty = stream.isatty()
+        self.started = time.monotonic()
+        self.last: tuple[str, str | None] | None = None
+
+    def show(self, job: Json) -> None:
+        pending = job.get("pending_reason")
+        state = (job["status"], pending["code"] if pending else None)
+        line = job_line(job)
+        if self.tty:
+            elapsed = time.monotonic() - self.started
+            width = shutil.get_terminal_size((100, 24)).columns - 1
+            text = f"{line}  [{elapsed:.0f} s]"
+            self.stream.write("\r\x1b[K" + text[:width])
+            self.stream.flush()
+        elif state != self.last:
+            self.stream.write(line + "\n")
+            self.stream.flush()
+        self.last = state
+
+    def close(self) -> None:
+        if self.tty and self.last is not None:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+# Commands -----------------------------------------------------------------------------
+
+
+class Output:
+    def __init__(self, as_json: bool, stdout: TextIO) -> None:
+        self.as_json = as_json
+        self.stdout = stdout
+
+    def emit(self, data: Any, human: Callable[[], str]) -> None:
+        if self.as_json:
+            self.stdout.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
+        else:
+            text = human()
+            self.stdout.write(text + ("\n" if text else ""))
+
+    def json_line(self, data: Any) -> None:
+        self.stdout.write(json.dumps(data, sort_keys=True) + "\n")
+        self.stdout.flush()
+
+
+def run(args: argparse.Namespace, client: Client, out: Output, stderr: TextIO) -> int:
+    name = args.command
+    if name == "submit":
+        fields = {key: getattr(args, key) for key in (
+            "priority", "instance_type", "instance_count", "keep_alive_seconds",
+            "duration_seconds", "client_token", "retry_attempts",
+            "preemption_retries_before_termination", "max_runtime_seconds", "role",
+            "volume_size_gb", "volume_kms_key_id", "security_group_ids", "subnets",
+            "enable_network_isolation", "enable_inter_container_traffic_encryption")}
+        submitted = client.queue(args.share).submit(
+            args.name, command=args.job_command,
+            environment=dict(args.env) if args.env else None, **fields).last or {}
+        out.emit(submitted, lambda: f"submitted {job_line(submitted)}")
+    elif name == "jobs":
+        wanted = sorted({status for group in args.status for status in group}) or None
+        found = list(client.list_jobs(quota_share=args.share, status=wanted, name=args.name,
+                                      limit=args.limit))
+        out.emit({"jobs": found}, lambda: jobs_table(found))
+    elif name == "describe":
+        job = QueuedJob(client, args.job_id).describe()
+        out.emit(job, lambda: describe_text(job))
+    elif name == "update":
+        job = QueuedJob(client, args.job_id).update(
+            priority=args.priority, keep_alive_seconds=args.keep_alive_seconds)
+        out.emit(job, lambda: f"updated {job_line(job)} (priority {job['priority']}, "
+                              f"keep-alive {job['keep_alive_seconds']} s)")
+    elif name == "terminate":
+        job = QueuedJob(client, args.job_id).terminate(args.reason)
+        out.emit(job, lambda: f"terminated {job_line(job)}")
+    elif name == "wait":
+        return wait(args, client, out, stderr)
+    elif name == "logs":
+        logs(args, client, out)
+    elif name == "shares":
+        shares = client.quota_shares()
+        out.emit({"quota_shares": shares}, lambda: shares_table(shares))
+    elif name == "capacity":
+        units = client.capacity()
+        out.emit({"capacity_limits": units}, lambda: capacity_table(units))
+    elif name == "usage":
+        samples = client.usage(since=args.since, quota_share=args.share,
+                               capacity_unit=args.unit)
+        out.emit({"samples": samples}, lambda: usage_table(samples))
+    elif name == "warm-pools":
+        pools = client.warm_pools(status=args.status or None, quota_share=args.share)
+        out.emit({"warm_pools": pools}, lambda: pools_table(pools))
+    elif name == "events":
+        events = client.events(after=args.after, limit=args.limit)
+        out.emit({"events": events}, lambda: events_table(events))
+    return EXIT_OK
+
+
+def wait(args: argparse.Namespace, client: Client, out: Output, stderr: TextIO) -> int:
+    progress = Progress(stderr)
+    job = QueuedJob(client, args.job_id)
+    try:
+        final = job.wait(args.until, timeout=args.timeout, poll=args.poll,
+                         on_poll=progress.show)
+    except WaitTimeout as timeout:
+        progress.close()
+        raise Failed(str(timeout)) from None
+    progress.close()
+    out.emit(final, lambda: job_line(final))
+    if final["status"] not in args.until:
+        raise Failed(f"job {final['id']} ended {final['status']} without reaching "
+                     f"{' or '.join(args.until)}")
+    return EXIT_OK
+
+
+def logs(args: argparse.Namespace, client: Client, out: Output) -> None:
+    job = QueuedJob(client, args.job_id)
+    if not args.follow:
+        lines = job.logs(tail=args.tail)
+        if out.as_json:
+            out.emit({"lines": lines}, str)
+            return
+        for line in lines:
+            _print_line(line)
+        return
+    for line in job.follow_logs(tail=args.tail):
+        if out.as_json:
+            out.json_line(line)  # one object a line: a follower can parse as they come
+        else:
+            _print_line(line)
+
+
+def _print_line(line: Json) -> None:
+    stream = sys.stderr if line.get("stream") == "stderr" else sys.stdout
+    stream.write(line["text"] + "\n")
+    stream.flush()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    url = getattr(args, "url", None) or os.environ.get("QUOTAWEB_URL")
+    token = getattr(args, "token", None) or os.environ.get("QUOTAWEB_TOKEN")
+    if not url:
+        parser.error("no server: set QUOTAWEB_URL or pass --url")
+    if not token:
+        parser.error("no API token: set QUOTAWEB_TOKEN or pass --token "
+                     "(manage.py create_token USERNAME makes one)")
+    if args.command == "update" and args.priority is None and args.keep_alive_seconds is None:
+        parser.error("update needs --priority, --keep-alive or both")
+    try:
+        client = Client(url, token)
+    except ValueError as error:
+        parser.error(str(error))
+    out = Output(getattr(args, "json", False), sys.stdout)
+    try:
+        return run(args, client, out, sys.stderr)
+    except QuotawebError as error:
+        print(f"{PROG}: error: {error}", file=sys.stderr)
+        return EXIT_FAILED
+    except Failed as failure:
+        print(f"{PROG}: {failure}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        # `quotaweb jobs | head`: the reader left.  Point stdout at /dev/null so the
+        # interpreter's final flush does not fail again (Python's documented recipe).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())
