@@ -101,12 +101,12 @@ class Client:
 
     def list_jobs(self, quota_share: str | None = None,
                   status: str | Iterable[str] | None = None, name: str | None = None,
-                  limit: int | None = None) -> Iterator[Json]:
-        """Jobs newest first, page after page (`name` ending in * is a prefix); at most
-        `limit` of them."""
+                  limit: int | None = None, page_size: int = 100) -> Iterator[Json]:
+        """Jobs newest first (`name` ending in * is a prefix), read `page_size` at a time
+        following the API's cursor; at most `limit` of them."""
         wanted = sorted(statuses(status)) if status is not None else None
         params: dict[str, Any] = {"quota_share": quota_share, "status": wanted, "name": name}
-        yield from self._pages("/jobs", "jobs", params, limit)
+        yield from self._pages("/jobs", "jobs", params, limit, page_size)
 
     # Configuration ------------------------------------------------------------------
 
@@ -160,7 +160,7 @@ class Client:
         wanted = [status] if isinstance(status, str) else status
         params = {"status": list(wanted) if wanted is not None else None,
                   "quota_share": quota_share}
-        return list(self._pages("/warm-pools", "warm_pools", params, None))
+        return list(self._pages("/warm-pools", "warm_pools", params, None, MAX_PAGE))
 
     def events(self, after: int | None = None, limit: int | None = None) -> list[Json]:
         """Events in commit order after the event id `after` (all when None); at most
@@ -175,10 +175,10 @@ class Client:
             after = page["events"][-1]["id"]
         return found
 
-    def _pages(self, path: str, key: str, params: dict[str, Any],
-               limit: int | None) -> Iterator[Json]:
+    def _pages(self, path: str, key: str, params: dict[str, Any], limit: int | None,
+               page_size: int) -> Iterator[Json]:
         """Follow next_cursor until the last page or `limit` items."""
-        size = min(limit, MAX_PAGE) if limit is not None else 100
+        size = min(page_size, limit if limit is not None else page_size, MAX_PAGE)
         params = {**params, "limit": size}
         given = 0
         while True:
