@@ -16,10 +16,10 @@ RESERVE).  Then, checking each outcome on the jobs the API returns:
 2. qs2_job_1 to QS2: QS2 reclaims its instance, med is preempted (CROSS_SHARE);
 3. qs1_job_low raised to priority 4: it preempts high (IN_SHARE) and is dispatched.
 
-Finally the walkthrough's jobs are terminated (--keep leaves them running).  Exit status
-0 when every step held, 1 when one did not (or the server refused a call), 2 on usage
-errors.  The preemption grace period is the server's (QUOTAWEB_PREEMPTION_GRACE_SECONDS,
-30 s by default): allow for it with --step-timeout.
+Finally the walkthrough's jobs are terminated (--keep leaves them running).  Open jobs
+left in QS1-QS3 stop the script before it changes anything (--terminate-leftovers ends
+them).  Exit status 0 when every step held, 1 when one did not (or the server refused a
+call), 2 on usage errors.  Each step may take --step-timeout seconds.
 """
 
 from __future__ import annotations
