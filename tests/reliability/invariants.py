@@ -169,7 +169,9 @@ def _accounting(rows: Rows, config_changed: bool) -> list[str]:
         held[pool["instance_type"]] += [(f"pool {pool['id']}", i) for i in pool["instances"]]
         use[(pool["quota_share_id"], pool["instance_type"])] += pool["instance_count"]
     for unit, holders in held.items():
-        found += _instances_once(unit, holders, rows.units.get(unit, 0))
+        # A lowered capacity leaves held instances above the new C: only then excused.
+        capacity = None if config_changed else rows.units.get(unit, 0)
+        found += _instances_once(unit, holders, capacity)
     for share_id, unit in use:
         if rows.shares[share_id]["deleted_at"] is not None and use[(share_id, unit)]:
             found.append(f"deleted share {rows.shares[share_id]['name']} holds "
@@ -180,7 +182,8 @@ def _accounting(rows: Rows, config_changed: bool) -> list[str]:
     return found
 
 
-def _instances_once(unit: str, holders: list[tuple[str, int]], capacity: int) -> list[str]:
+def _instances_once(unit: str, holders: list[tuple[str, int]],
+                    capacity: int | None) -> list[str]:
     found = []
     owners: dict[int, list[str]] = defaultdict(list)
     for holder, instance in holders:
@@ -188,7 +191,7 @@ def _instances_once(unit: str, holders: list[tuple[str, int]], capacity: int) ->
     for instance, who in sorted(owners.items()):
         if len(who) > 1:
             found.append(f"instance {instance} of {unit} is held twice: by {', '.join(who)}")
-        if not 0 <= instance < capacity:
+        if capacity is not None and not 0 <= instance < capacity:
             found.append(f"{who[0]} holds instance {instance} of {unit}, outside 0..{capacity - 1}")
     return found
 
