@@ -5,3 +5,8 @@ class QuotawebConfig(AppConfig):
     name = "quotaweb"
     verbose_name = "Quotaweb"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        # Load the Celery app in every Django process, however it was started (an ASGI
+        # server may import quotaweb before django), so tasks bind to REDIS_URL's broker.
+        from . import celery  # noqa: F401
