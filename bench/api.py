@@ -1,0 +1,376 @@
+"""How many jobs per second the HTTP API accepts, beside a trivial JSON endpoint of the
+same server.
+
+Run by hand, never by tests:
+
+    python bench/api.py                       # 1, 8 and 32 clients, 500 requests per level
+    python bench/api.py --clients 8 --requests 1000 --seconds 30
+
+It creates the PostgreSQL database quotaweb_bench_api (DATABASE_URL may name another whose
+name contains "bench"), migrates it, sets up one capacity unit, one LEND_AND_BORROW share
+and a member with an API token, then starts `manage.py serve` on 127.0.0.1 (embedded
+channel layer, the cycle in the server process, simulated executor).  Each level runs
+`--requests` POST /api/v1/jobs spread over N threads, each with its own keep-alive
+connection (http.client), stopping early at `--seconds`; then as many GET /api/v1/capacity
+with the same token and threads.  Ratio = submissions/s ÷ capacity reads/s.  The server is
+stopped and the database dropped at the end.
+
+The helpers here (`BenchServer`, `bench_database`, `setup_fleet`) also serve
+bench/websocket.py, bench/soak.py and bench/memory.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import http.client
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+if __package__ in (None, ""):
+    # Run as a script: make the repository importable (quotaweb/, scheduler/ and bench/).
+    sys.path.insert(0, str(REPO))
+
+DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/quotaweb_bench_api"
+UNIT = "ml.bench"
+SHARE = "bench"
+PASSWORD = "bench-password-1"
+LEVELS = (1, 8, 32)
+TARGET_SUBMISSIONS = 300.0  # per second, 8 clients
+TARGET_RATIO = 0.5
+
+
+# The database and the fleet ---------------------------------------------------------------
+
+
+def bench_database(default_url: str) -> str:
+    """Point this process's Django at a fresh bench database (dropped and created again,
+    then migrated); returns its name.  Refuses a database whose name lacks "bench"."""
+    os.environ.setdefault("DATABASE_URL", default_url)
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "quotaweb.settings")
+    for name in ("REDIS_URL", "QUOTAWEB_IN_PROCESS_SCHEDULER"):
+        os.environ.pop(name, None)  # the embedded mode: in-memory channel layer, cycle here
+    from quotaweb import env
+
+    entry = env.database(os.environ["DATABASE_URL"])
+    name = str(entry["NAME"])
+    if "bench" not in name:
+        raise SystemExit(f"the benchmark drops its database; refusing {name!r} "
+                         "(use a database whose name contains 'bench').")
+    drop_database(entry)
+    _server_sql(entry, "CREATE DATABASE {}")
+    import django
+    from django.core.management import call_command
+
+    django.setup()
+    call_command("migrate", verbosity=0)
+    return name
+
+
+def drop_database(entry: dict[str, Any] | None = None) -> None:
+    """Drop the bench database (closing this process's connections to it first)."""
+    if entry is None:
+        from django.db import connections
+
+        from quotaweb import env
+
+        connections.close_all()
+        entry = env.database(os.environ["DATABASE_URL"])
+    _server_sql(entry, "DROP DATABASE IF EXISTS {} WITH (FORCE)")
+
+
+def _server_sql(entry: dict[str, Any], statement: str) -> None:
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(host=entry["HOST"] or None, port=entry["PORT"] or None,
+                         user=entry["USER"] or None, password=entry["PASSWORD"] or None,
+                         dbname="postgres", autocommit=True) as server:
+        server.execute(sql.SQL(statement).format(sql.Identifier(entry["NAME"])))
+
+
+@dataclass(frozen=True)
+class Fleet:
+    username: str
+    token: str
+
+
+def setup_fleet(capacity: int = 600, warm_pool_limit: int = 0, keep_alive: int = 0) -> Fleet:
+    """One capacity unit without start delays, one LEND_AND_BORROW share with all of it,
+    and a member ("member", PASSWORD) with an API token."""
+    from django.contrib.auth import get_user_model
+    from django.db import connections
+
+    from quotaweb.models import ApiToken, CapacityUnit
+    from quotaweb.services import configuration
+
+    CapacityUnit.objects.create(name=UNIT, max_capacity=capacity,
+                                warm_pool_limit=warm_pool_limit,
+                                cold_start_seconds=0, warm_start_seconds=0)
+    member = get_user_model().objects.create_user("member", password=PASSWORD)
+    configuration.create_share(name=SHARE, sharing_strategy="LEND_AND_BORROW",
+                               capacity_limits=[(UNIT, capacity)], members=[member],
+                               max_keep_alive_seconds=max(keep_alive, 60))
+    _, raw = ApiToken.issue(member, name="bench")
+    connections.close_all()
+    return Fleet(username="member", token=raw)
+
+
+def job_body(name: str, duration: int = 5, priority: int = 0, instances: int = 1,
+             keep_alive: int = 0) -> dict[str, Any]:
+    return {"name": name, "quota_share": SHARE, "instance_type": UNIT, "priority": priority,
+            "instance_count": instances, "duration_seconds": duration,
+            "keep_alive_seconds": keep_alive}
+
+
+# The server -------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@dataclass
+class BenchServer:
+    """`manage.py serve` on 127.0.0.1 as a subprocess (its own process group), with this
+    process's DATABASE_URL; its output goes to a temporary log."""
+
+    port: int = field(default_factory=free_port)
+    popen: subprocess.Popen[bytes] | None = None
+    data_dir: tempfile.TemporaryDirectory[str] = field(
+        default_factory=lambda: tempfile.TemporaryDirectory(prefix="quotaweb-bench-"))
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def log_path(self) -> Path:
+        return Path(self.data_dir.name) / "serve.log"
+
+    def start(self, timeout: float = 30.0) -> None:
+        env = {**os.environ, "QUOTAWEB_DATA_DIR": self.data_dir.name,
+               "QUOTAWEB_LOCAL_EXECUTOR": "false"}
+        with self.log_path.open("wb") as log:
+            self.popen = subprocess.Popen(
+                [sys.executable, str(REPO / "manage.py"), "serve", "--host", "127.0.0.1",
+                 "--port", str(self.port)],
+                cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.popen.poll() is not None:
+                raise SystemExit(f"the server exited:\n{self.tail()}")
+            if b"is running at" in self.log_path.read_bytes():
+                return
+            time.sleep(0.2)
+        self.stop()
+        raise SystemExit(f"the server did not start in {timeout:g} s:\n{self.tail()}")
+
+    def tail(self, lines: int = 40) -> str:
+        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def problems(self, most: int = 5) -> list[str]:
+        """The distinct exception lines of the server's log (the last `most`)."""
+        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        found = [line.strip() for line in text.splitlines()
+                 if re.match(r"^[\w.]+(Error|Exception)\b", line.strip())]
+        return list(dict.fromkeys(found))[-most:]
+
+    def stop(self) -> None:
+        if self.popen is not None and self.popen.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.popen.send_signal(signal.SIGINT)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.popen.wait(15)
+        if self.popen is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.popen.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.popen.wait(5)
+        self.data_dir.cleanup()
+
+
+@contextlib.contextmanager
+def running(server: BenchServer) -> Iterator[BenchServer]:
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+class Connection:
+    """One keep-alive HTTP connection with the bearer token."""
+
+    def __init__(self, port: int, token: str) -> None:
+        self._port = port
+        self._headers = {"Authorization": f"Bearer {token}",
+                         "Content-Type": "application/json"}
+        self._http = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+
+    def request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        data = json.dumps(body).encode() if body is not None else None
+        for tried in range(2):
+            try:
+                self._http.request(method, path, body=data, headers=self._headers)
+                response = self._http.getresponse()
+                payload = response.read()
+                try:
+                    return response.status, json.loads(payload) if payload else None
+                except ValueError:
+                    return response.status, payload  # not JSON (an HTML error page)
+            except (ConnectionError, http.client.HTTPException):
+                # The server closed the kept-alive connection: open another, once.
+                self._http.close()
+                self._http = http.client.HTTPConnection("127.0.0.1", self._port, timeout=30)
+                if tried:
+                    raise
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        self._http.close()
+
+
+def load_average() -> str:
+    """The machine's 1-minute load average: other work on it slows every figure."""
+    return f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
+
+
+# Measuring --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Level:
+    clients: int
+    done: int
+    errors: int
+    seconds: float
+    statuses: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def per_second(self) -> float:
+        return self.done / self.seconds if self.seconds else 0.0
+
+
+def drive(port: int, token: str, clients: int, requests: int, seconds: float,
+          request_for: Any, expect: int) -> Level:
+    """`requests` requests over `clients` threads (each its own connection), stopping at
+    `seconds`; `request_for(i)` gives (method, path, body) of the i-th request."""
+    counter = iter(range(requests))
+    lock = threading.Lock()
+    deadline = time.monotonic() + seconds
+    done = errors = 0
+    statuses: dict[int, int] = {}
+    ready = threading.Barrier(clients + 1)
+
+    def worker() -> None:
+        nonlocal done, errors
+        connection = Connection(port, token)
+        connection.request("GET", "/healthz")  # open the connection before the clock starts
+        ready.wait()
+        try:
+            while time.monotonic() < deadline:
+                with lock:
+                    index = next(counter, None)
+                if index is None:
+                    return
+                status, _ = connection.request(*request_for(index))
+                with lock:
+                    if status == expect:
+                        done += 1
+                    else:
+                        errors += 1
+                        statuses[status] = statuses.get(status, 0) + 1
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(clients)]
+    for thread in threads:
+        thread.start()
+    ready.wait()
+    start = time.perf_counter()
+    for thread in threads:
+        thread.join(seconds + 60)
+    return Level(clients, done, errors, time.perf_counter() - start,
+                 tuple(sorted(statuses.items())))
+
+
+def measure(port: int, token: str, levels: list[int], requests: int,
+            seconds: float) -> list[tuple[Level, Level]]:
+    rows = []
+    for clients in levels:
+        prefix = f"c{clients}-"
+        submit = drive(port, token, clients, requests, seconds,
+                       lambda i, p=prefix: ("POST", "/api/v1/jobs", job_body(f"{p}{i}")), 201)
+        read = drive(port, token, clients, requests, seconds,
+                     lambda i: ("GET", "/api/v1/capacity", None), 200)
+        rows.append((submit, read))
+    return rows
+
+
+def print_table(rows: list[tuple[Level, Level]]) -> None:
+    print("| clients | submissions | submissions/s | capacity reads | reads/s | ratio "
+          "| errors | target |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    for submit, read in rows:
+        ratio = submit.per_second / read.per_second if read.per_second else 0.0
+        target = "-"
+        if submit.clients == 8:
+            met = submit.per_second >= TARGET_SUBMISSIONS and ratio >= TARGET_RATIO
+            target = (f"≥ {TARGET_SUBMISSIONS:g}/s, ratio ≥ {TARGET_RATIO:g}: "
+                      f"{'met' if met else 'MISSED'}")
+        print(f"| {submit.clients} | {submit.done:,} | {submit.per_second:.0f} "
+              f"| {read.done:,} | {read.per_second:.0f} | {ratio:.2f} "
+              f"| {submit.errors + read.errors} | {target} |")
+    for submit, read in rows:
+        for label, level in (("submissions", submit), ("reads", read)):
+            if level.statuses:
+                shown = ", ".join(f"{count} × {status}" for status, count in level.statuses)
+                print(f"- {level.clients} clients, {label}: unexpected answers {shown}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clients", type=int, nargs="+", default=list(LEVELS))
+    parser.add_argument("--requests", type=int, default=500, help="per level and endpoint")
+    parser.add_argument("--seconds", type=float, default=60.0,
+                        help="time cap per level and endpoint")
+    args = parser.parse_args(argv)
+    load_before = load_average()
+    database = bench_database(DEFAULT_DATABASE_URL)
+    try:
+        fleet = setup_fleet()
+        with running(BenchServer()) as server:
+            rows = measure(server.port, fleet.token, args.clients, args.requests,
+                           args.seconds)
+            problems = server.problems()
+    finally:
+        drop_database()
+    print(f"# API throughput (Python {sys.version.split()[0]}, Daphne, PostgreSQL "
+          f"{database}, in-process cycle; {args.requests} requests per level, "
+          f"cap {args.seconds:g} s; load average before: {load_before})\n")
+    print_table(rows)
+    for line in problems:
+        print(f"- server log: {line}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
