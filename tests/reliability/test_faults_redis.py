@@ -57,7 +57,7 @@ def test_redis_restart_loses_no_event_for_websocket_clients(system: System) -> N
                 system.redis.start()  # the same port, empty: no groups, queues or keys
                 restarted_at = system.cycle_count()
                 system.wait_cycles(3, "cycles to resume after Redis came back", timeout=60)
-                time.sleep(5)  # jobs keep coming after the restart
+                time.sleep(3)  # jobs keep coming after the restart
             accepted = list(submitter.accepted)
             names = set(accepted)
             wait_for("every accepted job to succeed", lambda: all(
