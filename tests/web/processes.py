@@ -6,11 +6,12 @@ for a failure message.  Also finds the processes that jobs left behind in a work
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import signal
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -138,3 +139,24 @@ def _exists(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+@contextlib.contextmanager
+def exclusive(path: Path, timeout: float, what: str) -> Iterator[None]:
+    """Hold an flock on `path` (machine-wide, released if the holder dies) for the block;
+    fail after `timeout` seconds of waiting, naming `what` is being waited for."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"waited {timeout:.0f} s for {what} ({path} is "
+                                         "locked by another process)") from None
+                time.sleep(0.5)
+        yield
+    finally:
+        os.close(fd)  # releases the lock

@@ -22,8 +22,10 @@ import contextlib
 import json
 import os
 import secrets
+import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -36,7 +38,7 @@ import pytest
 import redis
 from psycopg.rows import dict_row
 
-from .processes import Services, kill_processes_under
+from .processes import Services, exclusive, kill_processes_under
 
 REPO = Path(__file__).resolve().parents[2]
 REDIS_URL = "redis://127.0.0.1:6379/14"  # this test's own db: never another one
@@ -45,6 +47,13 @@ GRACE_SECONDS = 3
 WAIT_SECONDS = 60.0
 POLL_SECONDS = 0.25
 DRIVER_SECONDS = 120
+# Two runs of this test at once (two checkouts, a developer's and CI's) would share Redis
+# db 14: each tick worker would claim the other's seconds (quotaweb:tick:<second>) and each
+# executor worker take the other's start_attempt tasks.  Runs on a machine take turns.
+REDIS_LOCK = Path(tempfile.gettempdir()) / "quotaweb-e2e-redis-db14.lock"
+REDIS_LOCK_SECONDS = 150
+DATABASE_PREFIX = "quotaweb_e2e_"  # + the pytest process's pid
+DROP_PATIENCE_SECONDS = 30
 
 T = TypeVar("T")
 
@@ -105,23 +114,42 @@ def _database_url(name: str) -> str:
     return urlunsplit(parts._replace(path=f"/{name}"))
 
 
-def _admin_connection() -> psycopg.Connection[Any]:
+def _admin_connection(patience: float = 0.0) -> psycopg.Connection[Any]:
+    """A connection to the server's "postgres" database.  With `patience`, a refused
+    connection (the shared server full: "too many clients") is retried that long."""
     url = _database_url("postgres")
-    try:
-        return psycopg.connect(url, autocommit=True, connect_timeout=5)
-    except psycopg.Error as error:
-        pytest.fail(f"PostgreSQL is not reachable at {urlsplit(url).hostname}: {error}. The "
-                    "end-to-end test needs the real PostgreSQL.", pytrace=False)
+    deadline = time.monotonic() + patience
+    while True:
+        try:
+            return psycopg.connect(url, autocommit=True, connect_timeout=5)
+        except psycopg.OperationalError as error:
+            if time.monotonic() < deadline:
+                time.sleep(1)
+                continue
+            pytest.fail(f"PostgreSQL is not reachable at {urlsplit(url).hostname}: {error}. "
+                        "The end-to-end test needs the real PostgreSQL.", pytrace=False)
 
 
 def _create_database(name: str) -> None:
     with _admin_connection() as admin:
+        _drop_abandoned_databases(admin)
         admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         admin.execute(f'CREATE DATABASE "{name}"')
 
 
+def _drop_abandoned_databases(admin: psycopg.Connection[Any]) -> None:
+    """Drop the e2e databases of runs whose pytest process is gone (killed before its
+    teardown): nothing else could ever drop them."""
+    names = admin.execute("SELECT datname FROM pg_database WHERE datname LIKE %s",
+                          (f"{DATABASE_PREFIX}%",)).fetchall()
+    for (name,) in names:
+        pid = name.removeprefix(DATABASE_PREFIX)
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 def _drop_database(name: str) -> None:
-    with _admin_connection() as admin:
+    with _admin_connection(patience=DROP_PATIENCE_SECONDS) as admin:
         admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
@@ -147,7 +175,7 @@ def _environment(database_url: str, tmp: Path) -> dict[str, str]:
 
 
 def _celery(*args: str) -> list[str]:
-    return [sys.executable, "-m", "celery", "-A", "quotaweb", *args, "--loglevel", "INFO"]
+    return [sys.executable, "-m", "celery", "-A", "quotaweb", *args]
 
 
 # Reading the e2e database ---------------------------------------------------------------
@@ -260,6 +288,14 @@ class Cluster:
         return self.wait(f"job {job_id} to be {' or '.join(statuses)}",
                          lambda: _if(self.state.job(job_id), lambda j: j["status"] in statuses))
 
+    def workers(self) -> set[str]:
+        """The Celery workers that answer a ping on the broker (Redis db 14)."""
+        done = subprocess.run(_celery("inspect", "ping", "--timeout", "2", "--json"),
+                              cwd=REPO, env=self.env, capture_output=True, text=True,
+                              timeout=DRIVER_SECONDS)
+        lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+        return set(json.loads(lines[-1])) if done.returncode == 0 and lines else set()
+
     @contextlib.contextmanager
     def diagnostics(self) -> Iterator[None]:
         """On failure, print the services' logs and the database's state (pytest shows
@@ -293,10 +329,16 @@ CONFIGURATION = {
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
     """A migrated e2e database, configured through the services, with a tick worker, an
-    executor worker and a beat running on it.  Torn down completely, even after a failure."""
+    executor worker and a beat running on it.  Torn down completely, even after a failure.
+    Holds REDIS_LOCK throughout: Redis db 14 is this run's alone."""
     broker = _redis()
+    with exclusive(REDIS_LOCK, REDIS_LOCK_SECONDS, "another run of this test to end"):
+        yield from _cluster(broker, tmp_path)
+
+
+def _cluster(broker: redis.Redis, tmp_path: Path) -> Iterator[Cluster]:
     broker.flushdb()
-    name = f"quotaweb_e2e_{os.getpid()}"
+    name = f"{DATABASE_PREFIX}{os.getpid()}"
     _create_database(name)
     env = _environment(_database_url(name), tmp_path)
     services = Services(tmp_path / "logs", env, REPO)
@@ -307,23 +349,31 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
         state = State(_database_url(name))
         cluster = Cluster(env, services, state, tmp_path)
         cluster.drive("configure", CONFIGURATION)
-        tag = f"e2e{os.getpid()}"
-        services.start("ticker", _celery("worker", "-Q", "tick", "-n", f"ticker-{tag}@%h",
-                                         "--concurrency", "1"))
+        tag, host, info = f"e2e{os.getpid()}", socket.gethostname(), ("--loglevel", "INFO")
+        services.start("ticker", _celery("worker", "-Q", "tick", "-n", f"ticker-{tag}@{host}",
+                                         "--concurrency", "1", *info))
         services.start("executor", _celery("worker", "-Q", "executor", "-n",
-                                           f"executor-{tag}@%h", "--concurrency", "2"),
+                                           f"executor-{tag}@{host}", "--concurrency", "2", *info),
                        QUOTAWEB_LOCAL_EXECUTOR="1")
         services.start("beat", _celery("beat", "--schedule", str(tmp_path / "celerybeat-schedule"),
-                                        "--pidfile", str(tmp_path / "celerybeat.pid")))
+                                        "--pidfile", str(tmp_path / "celerybeat.pid"), *info))
+        ours = {f"ticker-{tag}@{host}", f"executor-{tag}@{host}"}
+        with cluster.diagnostics():
+            answering = cluster.wait("both workers to answer a ping",
+                                     lambda: _if(cluster.workers(), lambda found: ours <= found))
+            # A worker left running by an earlier, killed run would take this run's tasks.
+            assert answering == ours, f"foreign Celery workers on {REDIS_URL}: {answering - ours}"
         yield cluster
     finally:
         services.stop_all()
         leftovers = kill_processes_under(tmp_path / "work")
         if state is not None:
             state.close()
-        _drop_database(name)
-        broker.flushdb()
-        broker.close()
+        try:
+            _drop_database(name)
+        finally:
+            broker.flushdb()
+            broker.close()
     assert not leftovers, f"job processes outlived the executor worker: {leftovers}"
 
 
@@ -452,9 +502,15 @@ def _a_reclaimed_borrower_gets_sigterm_and_its_process_ends(cluster: Cluster) ->
     assert attempt["started_at"] >= stopped["kill_at"], (attempt, stopped)
     assert "qs1-reclaimed" in state.log_text(attempt["id"])
 
-    # The victim is queued again; the job in QS2's own quota was never touched.
+    # The victim was queued again, and could come back only once QS1's instance was idle
+    # again (it may have by now: the cycle goes on); the job in QS2's own quota was never
+    # touched.
     again = state.job(borrower)
-    assert again["status"] == "RUNNABLE" and again["preempted_count"] == 1, again
+    assert again["preempted_count"] == 1 and again["status"] not in ("SUCCEEDED", "FAILED"), again
+    # (Event ids follow commit order.)
+    [succeeded] = state.events("SUCCEEDED", reclaimer)
+    for redispatch in state.events("DISPATCHED", borrower)[1:]:
+        assert redispatch["id"] > succeeded["id"], (redispatch, succeeded)
     untouched = state.job(own)
     assert untouched["status"] == "RUNNING" and untouched["preempted_count"] == 0, untouched
     assert not (markers / "qs2-own").exists()
