@@ -38,6 +38,8 @@ app.autodiscover_tasks(["quotaweb"], related_name="tasks")
 def _start_supervisor(**_: object) -> None:
     from .executors.local import start_worker_supervisor
 
+    _forget_inherited_pools()
+
     start_worker_supervisor()
 
 
@@ -46,3 +48,16 @@ def _stop_supervisor(**_: object) -> None:
     from .executors.local import stop_worker_supervisor
 
     stop_worker_supervisor()
+
+
+def _forget_inherited_pools() -> None:
+    """A forked worker must not use (nor close) a connection pool its parent opened: the
+    pool's threads did not survive the fork and its sockets are the parent's.  Dropping
+    the references makes the child open a pool of its own on first use."""
+    from django.db import connections
+
+    for wrapper in connections.all(initialized_only=True):
+        pools = getattr(type(wrapper), "_connection_pools", None)
+        if pools:
+            pools.clear()
+        wrapper.connection = None

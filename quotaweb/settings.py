@@ -90,7 +90,11 @@ TEMPLATES = [
 ]
 
 if DATABASE_URL:
-    DATABASES = {"default": env.database(DATABASE_URL)}
+    DATABASES = {
+        "default": env.database(
+            DATABASE_URL, pool_size=env.integer("DATABASE_POOL_SIZE", 10, low=0)
+        )
+    }
 else:
     DATA_DIR.mkdir(parents=True, exist_ok=True)
     DATABASES = {
