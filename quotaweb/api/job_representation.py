@@ -37,6 +37,14 @@ class Reader:
         self.shares: set[int] = set() if self.admin else set(
             user.quota_shares.values_list("id", flat=True))
 
+    @classmethod
+    def of_share(cls, share_id: int) -> Reader:
+        """A reader known to belong to `share_id` (or to administer it), without a query."""
+        reader = cls.__new__(cls)
+        reader.admin = False
+        reader.shares = {share_id}
+        return reader
+
     def sees_secrets(self, job: Job) -> bool:
         return self.admin or job.quota_share_id in self.shares
 
@@ -87,9 +95,18 @@ def single_job_dict(job: Job, reader: Reader) -> dict[str, Any]:
     return job_dict(job, reader, position_of(job), timezone.now())
 
 
-def job_dict(job: Job, reader: Reader, position: int | None, now: datetime) -> dict[str, Any]:
+def new_job_dict(job: Job) -> dict[str, Any]:
+    """A job its submitter has just created, written without reading it back: a member or
+    an administrator (who alone may submit) sees its secrets, and it has no attempt and
+    no warm pool yet.  One query, for its position."""
+    return job_dict(job, Reader.of_share(job.quota_share_id), position_of(job),
+                    timezone.now(), fresh=True)
+
+
+def job_dict(job: Job, reader: Reader, position: int | None, now: datetime, *,
+             fresh: bool = False) -> dict[str, Any]:
     secrets = reader.sees_secrets(job)
-    attempts = list(job.attempts.all())
+    attempts = [] if fresh else list(job.attempts.all())
     runnable = job.status == JobStatus.RUNNABLE
     return {
         "id": job.id,
@@ -108,7 +125,7 @@ def job_dict(job: Job, reader: Reader, position: int | None, now: datetime) -> d
         "stopped_at": job.stopped_at,
         "attempts": [attempt_dict(attempt) for attempt in attempts],
         "preemption_summary": preemption_summary(job, attempts),
-        "warm_pool": warm_pool_dict(_segment(job), now),
+        "warm_pool": None if fresh else warm_pool_dict(_segment(job), now),
         **submitted_fields(job, secrets),
     }
 

@@ -61,13 +61,17 @@ def submit_job(user: User | None, **fields: Any) -> tuple[Job, bool]:
         if existing is not None:
             return _repeat(existing, fingerprint), False
     with transaction.atomic():
-        events.lock_events()
         share = _share_for(fields.get("quota_share"))
         if user is not None and not can_write_share(user, share):
             raise Forbidden(f"Only members of quota share {share.name} and administrators "
                             "may submit jobs to it.")
         cleaned = validate_submission(fields, share)
-        if share.state == ShareState.DISABLED:
+        # Taken only now, to keep the section that submissions pass one at a time short:
+        # the checks above need no lock.  The share's state is read again under it, as a
+        # share disabled meanwhile (under the same lock) accepts nothing more.
+        events.lock_events()
+        state = QuotaShare.objects.filter(pk=share.pk).values_list("state", flat=True).first()
+        if state == ShareState.DISABLED:
             raise Conflict("SHARE_DISABLED",
                            f"Quota share {share.name} is DISABLED and accepts no new jobs.")
         try:
@@ -135,7 +139,7 @@ def _locked_job(job: Job | int, by: User | None) -> Job:
     pk = job.pk if isinstance(job, Job) else job
     locked = Job.objects.select_for_update().select_related("quota_share").filter(pk=pk).first()
     if locked is None:
-        raise NotFound(f"Job {pk} does not exist.")
+        raise NotFound(f"Job {pk} does not exist.", code="JOB_NOT_FOUND")
     if by is not None and not can_write_share(by, locked.quota_share):
         raise Forbidden(f"Only members of quota share {locked.quota_share.name} and "
                         "administrators may change its jobs.")

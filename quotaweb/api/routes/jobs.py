@@ -16,7 +16,7 @@ from ...services.errors import NotFound, ValidationFailed
 from ...services.permissions import can_see_job_secrets
 from ..auth import current_user
 from ..errors import READ_ERRORS, WRITE_ERRORS, ApiError, error_responses
-from ..job_representation import Reader, job_dicts, job_rows, single_job_dict
+from ..job_representation import Reader, job_dicts, job_rows, new_job_dict, single_job_dict
 from ..pagination import decode_cursor, encode_cursor
 from ..schemas.common import MAX_ID, ShareName
 from ..schemas.jobs import JobIn, JobListOut, JobOut, JobPatch, JobStatus, LogsOut, TerminateIn
@@ -55,7 +55,9 @@ def submit_job(request: HttpRequest, payload: JobIn) -> Status:
     request with the same client_token; 409 when that token came with other fields."""
     fields = payload.model_dump(exclude_unset=True)
     job, created = job_services.submit_job(current_user(request), **fields)
-    return Status(201 if created else 200, _job_out(request, job.pk))
+    if created:
+        return Status(201, new_job_dict(job))
+    return Status(200, _job_out(request, job.pk))
 
 
 @router.get("/jobs", response={200: JobListOut, **error_responses(READ_ERRORS)},
