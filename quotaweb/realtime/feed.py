@@ -22,12 +22,14 @@ from ..models import Event
 from . import serializers
 
 MAX_REPLAY = 10_000
+# A job or pool is about 350 bytes of JSON: 1,000 of each keep a part near 700 kB.
+PART_ROWS = 1_000
 
 Message = dict[str, Any]
 
 
 def on_connect(after: int | None) -> list[Message]:
-    """The messages to send on connect, in order: the missed events, or one snapshot.
+    """The messages to send on connect, in order: the missed events, or a snapshot.
 
     A fixed number of queries, whatever the number of rows.
     """
@@ -37,7 +39,7 @@ def on_connect(after: int | None) -> list[Message]:
             missed = list(serializers.event_rows().filter(id__gt=after)[: MAX_REPLAY + 1])
             if len(missed) <= MAX_REPLAY:
                 return [event_message(event) for event in missed]
-        return [snapshot(bounds["last"] or 0)]
+        return snapshot(bounds["last"] or 0)
 
 
 def _in_log(after: int, first: int | None, last: int | None) -> bool:
@@ -48,15 +50,30 @@ def _in_log(after: int, first: int | None, last: int | None) -> bool:
     return first - 1 <= after <= last
 
 
-def snapshot(last_event_id: int) -> Message:
-    """The current state; it reflects at least every event up to `last_event_id`."""
-    return {
-        "type": "snapshot",
-        "last_event_id": last_event_id,
-        "usage": [serializers.usage_dict(s) for s in serializers.latest_usage_rows()],
-        "jobs": [serializers.job_summary_dict(j) for j in serializers.open_job_rows()],
-        "warm_pools": [serializers.warm_pool_dict(p) for p in serializers.live_pool_rows()],
-    }
+def snapshot(last_event_id: int) -> list[Message]:
+    """The current state, reflecting at least every event up to `last_event_id`: the
+    latest usage, the active jobs (those holding capacity) and the live warm pools.
+
+    A websocket message must stay under the server's size limit (Daphne's 1 MiB), and a
+    large fleet runs thousands of jobs at once, so the state is sent in parts of at most
+    PART_ROWS jobs and PART_ROWS pools, numbered `part` 1..`parts`; together they are the
+    snapshot, and the usage comes in the first."""
+    usage = [serializers.usage_dict(s) for s in serializers.latest_usage_rows()]
+    jobs = [serializers.job_summary_dict(j) for j in serializers.active_job_rows()]
+    pools = [serializers.warm_pool_dict(p) for p in serializers.live_pool_rows()]
+    parts = max(1, -(-len(jobs) // PART_ROWS), -(-len(pools) // PART_ROWS))
+    return [
+        {
+            "type": "snapshot",
+            "last_event_id": last_event_id,
+            "part": part + 1,
+            "parts": parts,
+            "usage": usage if part == 0 else [],
+            "jobs": jobs[part * PART_ROWS:(part + 1) * PART_ROWS],
+            "warm_pools": pools[part * PART_ROWS:(part + 1) * PART_ROWS],
+        }
+        for part in range(parts)
+    ]
 
 
 def event_message(event: Event) -> Message:

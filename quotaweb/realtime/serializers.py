@@ -15,7 +15,7 @@ from django.db.models import OuterRef, QuerySet, Subquery
 from scheduler.decisions import PendingReason
 
 from ..models import CapacityLimit, Event, Job, UsageSample, WarmPool
-from ..models.jobs import ACTIVE_STATUSES, QUEUED_STATUSES, JobStatus
+from ..models.jobs import ACTIVE_STATUSES, JobStatus
 from ..models.warm_pools import PoolStatus, WarmPoolSegment
 
 FIGURES = ("limit", "in_use", "own", "borrowed", "lent", "warm", "queued")
@@ -97,10 +97,11 @@ JOB_SUMMARY_FIELDS = (
 )
 
 
-def open_job_rows() -> QuerySet[Job]:
-    """Jobs that hold or wait for capacity, oldest first."""
+def active_job_rows() -> QuerySet[Job]:
+    """Jobs that hold capacity (SCHEDULED, STARTING, RUNNING), oldest first: as many as
+    the fleet has instances at most, however long the queues are."""
     return (
-        Job.objects.filter(status__in=(*QUEUED_STATUSES, *ACTIVE_STATUSES))
+        Job.objects.filter(status__in=ACTIVE_STATUSES)
         .select_related("quota_share")
         .only(*JOB_SUMMARY_FIELDS)
         .order_by("id")

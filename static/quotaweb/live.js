@@ -461,7 +461,8 @@ async function fillUsageGap() {
 }
 
 function applySnapshot(message) {
-  // The log no longer holds what was missed: take the state as it is now.
+  // The log no longer holds what was missed: take the state as it is now.  A large
+  // snapshot comes in parts (part 1..parts); each adds its jobs, the first the usage.
   state.lastEventId = Math.max(state.lastEventId, message.last_event_id);
   for (const job of message.jobs || []) {
     state.jobs.set(String(job.id), { name: job.name, unit: job.instance_type });

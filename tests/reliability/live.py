@@ -80,6 +80,8 @@ class Watcher:
 
     def _take(self, message: dict[str, Any]) -> None:
         if message["type"] == "snapshot":
+            if message["part"] > 1:
+                return  # the rest of a snapshot sent in parts
             if self.floor is None:
                 self.floor = int(message["last_event_id"])
             else:

@@ -221,17 +221,14 @@ async def test_connect_sends_a_snapshot_of_the_current_state(
                 "instance_type": UNIT, "instance_count": item.instance_count,
                 "scheduled_at": iso(item.scheduled_at), "started_at": iso(item.started_at)}
 
+    # Queued jobs (waiting, submitted) are not in it: only those holding capacity.
     assert message == {
         "type": "snapshot",
         "last_event_id": populated["events"][-1].id,
+        "part": 1,
+        "parts": 1,
         "usage": [sample_json(populated["latest"])],
-        "jobs": [
-            job(running),
-            job(waiting, {"code": "WAITING_FOR_CAPACITY",
-                          "message": PendingReason.WAITING_FOR_CAPACITY.message}),
-            job(scheduled),
-            job(submitted),
-        ],
+        "jobs": [job(running), job(scheduled)],
         "warm_pools": [{
             "id": pool.id, "quota_share": "QS1", "instance_type": UNIT, "instance_count": 1,
             "status": "Available", "job": pool.owner_id, "job_name": "done",
@@ -301,8 +298,35 @@ async def test_reconnect_with_too_many_missed_events_gets_a_snapshot(
 
 def test_an_empty_log_gets_a_snapshot_stamped_zero(db: None) -> None:
     assert feed.on_connect(0) == [
-        {"type": "snapshot", "last_event_id": 0, "usage": [], "jobs": [], "warm_pools": []}
+        {"type": "snapshot", "last_event_id": 0, "part": 1, "parts": 1, "usage": [],
+         "jobs": [], "warm_pools": []}
     ]
+
+
+def test_a_large_snapshot_comes_in_numbered_parts(
+    db: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each websocket message stays under the server's size limit, however many jobs run:
+    the parts together hold every active job and live pool once, the usage in the first."""
+    monkeypatch.setattr(feed, "PART_ROWS", 2)
+    share = new_share("QS1")
+    running = [make_job(share, f"r{i}", "RUNNING") for i in range(5)]
+    make_job(share, "queued", "RUNNABLE")
+    pools = [WarmPool.objects.create(quota_share=share, owner=job, instance_type=UNIT,
+                                     instance_count=1, status="InUse", chain_started_at=T0)
+             for job in running[:3]]
+    sample = write_sample(share, T0, in_use=5)
+    [logged] = write_events("DISPATCHED", job=running[0])
+
+    parts = feed.on_connect(None)
+
+    assert [(m["type"], m["part"], m["parts"], m["last_event_id"]) for m in parts] == [
+        ("snapshot", k, 3, logged.id) for k in (1, 2, 3)]
+    assert [len(m["jobs"]) for m in parts] == [2, 2, 1]
+    assert [m["id"] for m in parts[0]["jobs"] + parts[1]["jobs"] + parts[2]["jobs"]] == [
+        job.id for job in running]
+    assert [p["id"] for m in parts for p in m["warm_pools"]] == [pool.id for pool in pools]
+    assert [m["usage"] for m in parts] == [[sample_json(sample)], [], []]
 
 
 @pytest.mark.parametrize("after", [None, 0], ids=["snapshot", "replay"])
