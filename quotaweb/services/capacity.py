@@ -176,7 +176,7 @@ def update_capacity_unit(unit: CapacityUnit | str, **changes: Any) -> CapacityUn
     with transaction.atomic():
         locked = lock_configuration().get(name)
         if locked is None:
-            raise NotFound(f"Capacity unit {name} does not exist.")
+            raise NotFound(f"Capacity unit {name} does not exist.", code="UNIT_NOT_FOUND")
         if not changes:
             return locked
         cleaned = validate_capacity_unit(changes, locked)
@@ -193,7 +193,7 @@ def delete_capacity_unit(unit: CapacityUnit | str) -> None:
     with transaction.atomic():
         locked = lock_configuration().get(name)
         if locked is None:
-            raise NotFound(f"Capacity unit {name} does not exist.")
+            raise NotFound(f"Capacity unit {name} does not exist.", code="UNIT_NOT_FOUND")
         validate_unit_removal(locked)
         locked.delete()
         events.record("CAPACITY_UPDATED", details={"capacity_unit": name})

@@ -265,7 +265,8 @@ def _lock_share(share: QuotaShare | int) -> QuotaShare:
     pk = share.pk if isinstance(share, QuotaShare) else share
     locked = QuotaShare.live.select_for_update().filter(pk=pk).first()
     if locked is None:
-        raise NotFound(f"Quota share {getattr(share, 'name', pk)} does not exist.")
+        raise NotFound(f"Quota share {getattr(share, 'name', pk)} does not exist.",
+                       code="SHARE_NOT_FOUND")
     return locked
 
 

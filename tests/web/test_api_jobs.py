@@ -156,6 +156,14 @@ def test_get_a_job_and_404_for_a_missing_one(api: ApiFor) -> None:
     assert_error(*api("other").get(f"/api/v1/jobs/{target.id + 1000}"), 404, "JOB_NOT_FOUND")
 
 
+def test_every_write_to_a_missing_job_is_the_same_404(api: ApiFor) -> None:
+    missing = job("QS1").id + 1000
+    assert_error(*api("admin").patch(f"/api/v1/jobs/{missing}", {"priority": 4}), 404,
+                 "JOB_NOT_FOUND")
+    assert_error(*api("admin").post(f"/api/v1/jobs/{missing}/terminate", {}), 404,
+                 "JOB_NOT_FOUND")
+
+
 def test_positions_follow_priority_then_submission_within_each_share(api: ApiFor) -> None:
     low = job("QS1", status="RUNNABLE", priority=1)
     high = job("QS1", status="RUNNABLE", priority=5)
