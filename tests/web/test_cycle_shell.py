@@ -163,6 +163,29 @@ def test_the_snapshot_takes_as_many_queries_for_1000_jobs_as_for_10(
     schedule(loaded.snapshot)  # a consistent snapshot: the engine accepts it
 
 
+@pytest.mark.django_db
+def test_each_load_sees_every_change_to_a_job_row(make_share: Callable[..., Any]) -> None:
+    """Engine Jobs of unchanged rows are reused from one load to the next; any change to
+    a row (here its priority, pending reason and status) gives a new one."""
+    CapacityUnit.objects.create(name=UNIT, max_capacity=4)
+    make_share("QS1", {UNIT: 4})
+    kept, changed = _submit("kept"), _submit("changed", priority=1)
+
+    def engine_jobs() -> dict[str, Any]:
+        return {job.id: job for job in load_snapshot(timezone.now()).snapshot.jobs}
+
+    first = engine_jobs()
+    Job.objects.filter(pk=changed.pk).update(priority=7, pending_code="WAITING_FOR_CAPACITY",
+                                             status="RUNNABLE")
+    second = engine_jobs()
+    assert second[str(kept.pk)] is first[str(kept.pk)]
+    now_changed = second[str(changed.pk)]
+    assert (now_changed.priority, now_changed.pending_code, now_changed.status.value) == (
+        7, "WAITING_FOR_CAPACITY", "RUNNABLE")
+    Job.objects.filter(pk=kept.pk).update(status="SUCCEEDED")
+    assert set(engine_jobs()) == {str(changed.pk)}
+
+
 # One transaction per cycle ------------------------------------------------------------
 
 
