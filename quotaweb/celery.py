@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 
 from celery import Celery
-from celery.signals import worker_process_init, worker_process_shutdown
+from celery.signals import celeryd_after_setup, worker_process_init, worker_process_shutdown
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "quotaweb.settings")
 
@@ -41,6 +41,22 @@ def _start_supervisor(**_: object) -> None:
     _forget_inherited_pools()
 
     start_worker_supervisor()
+
+
+@celeryd_after_setup.connect
+def _consume_machine_queue(sender: str, instance: object, **_: object) -> None:
+    """An executor worker also consumes its machine's queue, where the attempts that
+    reuse this machine's warm pools are sent (Celery's per-worker queue recipe)."""
+    from django.conf import settings
+
+    from .executors.routing import SHARED_QUEUE, machine_queue, this_machine
+
+    if not settings.QUOTAWEB["LOCAL_EXECUTOR"]:
+        return
+    queues = instance.app.amqp.queues  # type: ignore[attr-defined]
+    if SHARED_QUEUE not in queues.consume_from:
+        return  # a worker of other queues (the tick's): it runs no attempts
+    queues.select_add(machine_queue(this_machine(settings.QUOTAWEB.get("HOST_NAME"))))
 
 
 @worker_process_shutdown.connect

@@ -26,6 +26,8 @@ TICK_KEY_SECONDS = 10
 # duplicates while still retrying an enqueue that a dead worker lost.
 LAUNCH_KEY = "quotaweb:launch:{attempt_id}"
 LAUNCH_KEY_SECONDS = 15
+# A warm-pool reuse waits this long for the pool's machine before any machine may run it.
+HOST_WAIT_SECONDS = 30
 
 _clients: dict[str, redis.Redis] = {}
 
@@ -91,8 +93,26 @@ def enqueue_launch(attempt_id: int) -> bool:
     key = LAUNCH_KEY.format(attempt_id=attempt_id)
     if not redis_client().set(key, "1", nx=True, ex=LAUNCH_KEY_SECONDS):
         return False
-    start_attempt.apply_async(args=[attempt_id], queue="executor")
+    start_attempt.apply_async(args=[attempt_id], queue=launch_queue(attempt_id))
     return True
+
+
+def launch_queue(attempt_id: int) -> str:
+    """The executor queue for an attempt (STYLE.md, Executors): one that reuses a warm pool
+    goes to the queue of the machine that holds the pool, next to its cache directory;
+    every other one, and a reuse whose machine has not claimed it within
+    HOST_WAIT_SECONDS (the machine is gone), to the shared queue."""
+    from .executors.routing import SHARED_QUEUE, machine_queue
+    from .models import Attempt
+
+    row = (Attempt.objects.filter(pk=attempt_id)
+           .values("warm_pool__host", "starting_at").first())
+    if row is None or not row["warm_pool__host"]:
+        return SHARED_QUEUE
+    waited = time.time() - row["starting_at"].timestamp()
+    if waited > HOST_WAIT_SECONDS:
+        return SHARED_QUEUE
+    return machine_queue(row["warm_pool__host"])
 
 
 @shared_task(name="quotaweb.tasks.start_attempt", ignore_result=True)

@@ -386,7 +386,16 @@ def test_celery_worker_and_beat_run_the_live_cycle(cluster: Cluster) -> None:
         token = secrets.token_hex(8)
         pool = _a_job_leaves_a_warm_pool_with_its_cache(cluster, token)
         _a_matching_job_starts_warm_and_reads_the_cache(cluster, token, pool)
+        _the_executor_consumes_its_machine_queue(cluster)
         _a_reclaimed_borrower_gets_sigterm_and_its_process_ends(cluster)
+
+
+def _the_executor_consumes_its_machine_queue(cluster: Cluster) -> None:
+    """Warm-pool reuses are sent to the queue of the pool's machine (launch_queue); the
+    executor worker lists it among its queues at start-up."""
+    executor = cluster.services.started[1]
+    log = executor.log_path.read_text(errors="replace")
+    assert f".> executor.{socket.gethostname()} " in log, executor.tail()
 
 
 def _beat_drives_the_cycle(cluster: Cluster) -> None:

@@ -9,7 +9,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -229,6 +229,41 @@ def test_a_warm_pool_keeps_its_cache_directory_for_the_next_matching_job(
     pool.refresh_from_db()
     assert pool.status == PoolStatus.TERMINATED
     wait_for(lambda: not cache.exists(), "the cache directory to be removed", drive=False)
+
+
+def test_a_warm_pool_reuse_is_sent_to_the_pools_machine_and_others_to_the_shared_queue(
+    supervisor: Supervisor,
+) -> None:
+    """launch_queue (quotaweb.tasks), which routes the distributed mode's start_attempt:
+    the reuse goes to `executor.<machine of the pool's host>`, every other attempt to
+    `executor`, and a reuse whose machine has not started it within HOST_WAIT_SECONDS
+    to `executor` too, so a vanished machine never strands it."""
+    from quotaweb.tasks import HOST_WAIT_SECONDS, launch_queue
+
+    share = make_share()
+    first = submit(share, "true", keep_alive_seconds=600, name="first")
+    wait_for(lambda: ended(first), "the first job to end")
+    cold = only_attempt(first)
+    assert launch_queue(cold.pk) == "executor"
+    pool = WarmPool.objects.get(owner=first)
+    WarmPool.objects.filter(pk=pool.pk).update(host="gpu-7:2")
+    second = submit(share, "true", name="second")
+    run_cycle()  # dispatched on the pool; not launched here
+    warm = only_attempt(second)
+    assert warm.warm_pool_id == pool.pk
+    assert launch_queue(warm.pk) == "executor.gpu-7"
+    Attempt.objects.filter(pk=warm.pk).update(
+        starting_at=timezone.now() - timedelta(seconds=HOST_WAIT_SECONDS + 1))
+    assert launch_queue(warm.pk) == "executor"
+
+
+def test_machine_of_a_host_name() -> None:
+    from quotaweb.executors.routing import machine_of, machine_queue
+
+    assert machine_of("gpu-7:2") == "gpu-7"
+    assert machine_of("gpu-7") == "gpu-7"
+    assert machine_of("[::1]:3") == "[::1]"
+    assert machine_queue("node.example.org:0") == "executor.node.example.org"
 
 
 TRAPS_TERM = """
