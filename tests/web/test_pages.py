@@ -111,7 +111,7 @@ def test_the_overview_shows_cards_the_timeline_and_the_live_configuration(
     events = _json_script(html, "initial-events")
     assert [e["type"] for e in events][-1] == "DISPATCHED"
     scripts = re.findall(r'<script[^>]* src="([^"]+)"', html)
-    assert "/static/vendor/plotly/plotly.min.js" in scripts
+    assert "/static/vendor/plotly/plotly-basic.min.js" in scripts
     assert all(src.startswith("/static/") for src in scripts), scripts  # works offline
 
 
@@ -546,16 +546,25 @@ def test_a_post_without_the_csrf_token_is_refused(
     assert Job.objects.count() == 1
 
 
-def test_plotly_is_served_from_static_and_matches_the_installed_package() -> None:
-    """The product works offline; the figures are checked against the installed plotly's
-    schema, so the vendored plotly.js must be the same release (scripts/vendor-plotly)."""
+def test_plotly_is_served_from_static_names_no_cdn_and_matches_the_installed_package() -> None:
+    """The product works offline: plotly.js is served from static/, and nothing in it
+    points at a CDN.  The figures are checked against the installed plotly's schema, so
+    the vendored plotly.js must be the same release (scripts/vendor-plotly)."""
+    import re
     from pathlib import Path
 
     import plotly
     from django.contrib.staticfiles import finders
 
-    vendored = finders.find("vendor/plotly/plotly.min.js")
-    assert vendored, "static/vendor/plotly/plotly.min.js is missing: run scripts/vendor-plotly"
+    vendored = finders.find("vendor/plotly/plotly-basic.min.js")
+    assert vendored, "static/vendor/plotly/plotly-basic.min.js is missing: " \
+                     "run scripts/vendor-plotly"
+    text = Path(vendored).read_text()
+    assert "cdn" not in text.lower(), re.findall(r".{40}cdn.{40}", text, re.IGNORECASE)[:3]
+    assert not finders.find("vendor/plotly/plotly.min.js"), "the full bundle is still vendored"
     packaged = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
-    assert Path(vendored).read_bytes() == packaged.read_bytes(), \
-        "the vendored plotly.min.js differs from the plotly package's: run scripts/vendor-plotly"
+    version = re.compile(r"plotly\.js(?: \(basic - minified\))? (v[0-9.]+)")
+    found = version.search(text[:500])
+    bundled = version.search(packaged.read_text()[:500])
+    assert found and bundled and found.group(1) == bundled.group(1), \
+        "the vendored plotly.js is not the plotly package's release: run scripts/vendor-plotly"
