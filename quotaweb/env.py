@@ -47,6 +47,15 @@ def integer(name: str, default: int, *, low: int = 0) -> int:
     return number
 
 
+def choice(name: str, choices: tuple[str, ...], default: str) -> str:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    if value not in choices:
+        raise ImproperlyConfigured(f"{name} must be one of {', '.join(choices)}, not {value!r}.")
+    return value
+
+
 def csv(name: str, default: list[str]) -> list[str]:
     value = os.environ.get(name)
     if value is None:

@@ -148,6 +148,19 @@ QUOTAWEB = {
     "IN_PROCESS_SCHEDULER": env.boolean("QUOTAWEB_IN_PROCESS_SCHEDULER", EMBEDDED),
     # How this process's supervisor names itself (default: <hostname>:<slot>).
     "HOST_NAME": env.string("QUOTAWEB_HOST_NAME"),
+    # The instances this executor host runs (docs/executors.md): "UNIT=NUMBERS[@DEVICES]"
+    # entries, or "*" for every instance no other host declares (the embedded default).
+    "INSTANCES": env.string("QUOTAWEB_INSTANCES", "*" if EMBEDDED else ""),
+    # The address other hosts reach this one at (MASTER_ADDR of multi-host jobs).
+    "HOST_ADDRESS": env.string("QUOTAWEB_HOST_ADDRESS"),
+    # Commands run in a sandbox as this unprivileged user (quotaweb/executors/sandbox.py).
+    "JOB_USER": env.string("QUOTAWEB_JOB_USER", "quotaweb-job"),
+    # "none": a job has only its own loopback; "host": the host's network.
+    "JOB_NETWORK": env.choice("QUOTAWEB_JOB_NETWORK", ("none", "host"), "none"),
+    # Bytes of output kept per attempt; past it the log says so and the rest is dropped.
+    "LOG_LIMIT_BYTES": env.integer("QUOTAWEB_LOG_LIMIT_BYTES", 64 * 1024 * 1024, low=1024),
+    # A command attempt that no executor has started this long after it was due fails.
+    "CLAIM_TIMEOUT_SECONDS": env.integer("QUOTAWEB_CLAIM_TIMEOUT_SECONDS", 300, low=1),
 }
 
 AUTH_PASSWORD_VALIDATORS = [

@@ -3,6 +3,7 @@ the event outbox, usage samples and the scheduler's own bookkeeping."""
 
 from .capacity import CapacityUnit
 from .events import Event
+from .hosts import ExecutorHost, HostedInstance
 from .jobs import Attempt, Job, LogLine
 from .scheduler_state import CycleRecord, SchedulerState
 from .shares import CapacityLimit, QuotaShare
@@ -17,6 +18,8 @@ __all__ = [
     "CapacityUnit",
     "CycleRecord",
     "Event",
+    "ExecutorHost",
+    "HostedInstance",
     "Job",
     "LogLine",
     "QuotaShare",
