@@ -7,6 +7,7 @@ from collections.abc import Callable
 from functools import wraps
 from typing import Any
 
+from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern
 from ninja import NinjaAPI
@@ -36,7 +37,12 @@ def limit_body(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]
             declared = int(request.META.get("CONTENT_LENGTH") or 0)
         except ValueError:
             declared = 0
-        if declared > MAX_BODY_BYTES or len(request.body) > MAX_BODY_BYTES:
+        try:
+            # Django measures a chunked body (no Content-Length) as it reads it, and
+            # raises RequestDataTooBig past DATA_UPLOAD_MAX_MEMORY_SIZE: the same 413.
+            if declared > MAX_BODY_BYTES or len(request.body) > MAX_BODY_BYTES:
+                return too_large()
+        except RequestDataTooBig:
             return too_large()
         return view(request, *args, **kwargs)
 

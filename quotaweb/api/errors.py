@@ -14,6 +14,7 @@ from ninja.errors import AuthenticationError, HttpError, ValidationError
 from pydantic import Field
 
 from ..services.errors import ServiceError, summarise
+from ..services.values import shown
 
 if TYPE_CHECKING:
     from ninja import NinjaAPI
@@ -95,7 +96,7 @@ def field_name(location: Iterable[Any]) -> str:
         if isinstance(part, int):
             name += f"[{part}]"
         else:
-            name += f".{part}" if name else str(part)
+            name += f".{shown(part)}" if name else shown(part)
     return name or "body"
 
 
@@ -109,12 +110,15 @@ TYPE_PROBLEMS = {
     "model_attributes_type": "must be an object",
     "literal_error": "is not one of the allowed values",
     "enum": "is not one of the allowed values",
+    "string_unicode": "must not contain unpaired surrogate characters",
 }
 
 
 def problem(error: Mapping[str, Any], field: str) -> str:
     kind = error.get("type", "")
     leaf = field if field != "body" else "The body"
+    if kind == "bad_text":  # RequestBody's check: its message names the inner place
+        return str(error.get("msg"))
     if kind == "extra_forbidden":
         return f"Unknown field {leaf}."
     if kind == "missing":
@@ -128,6 +132,8 @@ def validation_fields(errors: Iterable[Mapping[str, Any]]) -> dict[str, list[str
     fields: dict[str, list[str]] = {}
     for error in errors:
         name = field_name(error.get("loc", ()))
+        if error.get("type") == "bad_text":  # names the string inside the field
+            name = str(error.get("ctx", {}).get("field", name))
         fields.setdefault(name, []).append(problem(error, name))
     return fields
 

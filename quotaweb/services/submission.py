@@ -79,9 +79,9 @@ def validate_submission(fields: Mapping[str, Any], share: QuotaShare) -> dict[st
 def _instance_type(problems: Problems, value: object, share: QuotaShare) -> str | None:
     units = sorted(share.capacity_limits.values_list("capacity_unit", flat=True))
     if not isinstance(value, str) or value not in units:
-        shown = value if isinstance(value, str) else type(value).__name__
+        got = values.shown(value) if isinstance(value, str) else type(value).__name__
         problems.add("instance_type", f"Quota share {share.name} has no capacity limit for "
-                                      f"{shown}; use one of {', '.join(units)}.")
+                                      f"{got}; use one of {', '.join(units)}.")
         return None
     return value
 

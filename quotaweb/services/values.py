@@ -21,6 +21,49 @@ NAME_RULE = "must be 1-128 of A-Z a-z 0-9 _ -"
 UNIT = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 UNIT_RULE = "must be 1-64 of A-Z a-z 0-9 . _ -"
 
+# NUL ends a C string (PostgreSQL refuses it in text) and a lone surrogate (U+D800-U+DFFF,
+# which JSON's \uXXXX escapes can spell) cannot be encoded as UTF-8: either would reach
+# the database as an error, a 500, so every text a client sends is checked for both.
+BAD_CHARACTERS = re.compile("[\x00\ud800-\udfff]")
+BAD_CHARACTERS_RULE = "must not contain NUL or unpaired surrogate characters"
+# How much of a refused value an error message repeats.
+SHOWN_CHARACTERS = 40
+
+
+def has_bad_characters(value: str) -> bool:
+    """Whether `value` holds a NUL or a lone surrogate, which no column can store."""
+    return BAD_CHARACTERS.search(value) is not None
+
+
+def first_bad_text(value: object, where: str = "") -> str | None:
+    """The path (`[0]`, `.name`) of the first string inside `value` (a string, or lists
+    and objects of them, keys included) that has bad characters ("" for `value` itself, or
+    for the object whose key it is); None when there is none."""
+    if isinstance(value, str):
+        return where if has_bad_characters(value) else None
+    if isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            found = first_bad_text(item, f"{where}[{index}]")
+            if found is not None:
+                return found
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if isinstance(key, str) and has_bad_characters(key):
+                return where  # a bad key: the object holding it is the place
+            step = f"{where}.{shown(key)}" if where else shown(key)
+            found = first_bad_text(item, step)
+            if found is not None:
+                return found
+    return None
+
+
+def shown(value: object, limit: int = SHOWN_CHARACTERS) -> str:
+    """A value as an error message repeats it: its repr, cut to `limit` characters, so
+    that a refusal never echoes a huge value back in full."""
+    text = repr(value) if not isinstance(value, str) else value
+    text = BAD_CHARACTERS.sub("\ufffd", text)
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text)} characters)"
+
 
 def is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
@@ -54,8 +97,8 @@ def text(
     if not isinstance(value, str):
         problems.add(field, f"{field} must be a string.")
         return None
-    if "\x00" in value:
-        problems.add(field, f"{field} must not contain NUL characters.")
+    if has_bad_characters(value):
+        problems.add(field, f"{field} {BAD_CHARACTERS_RULE}.")
         return None
     if not min_length <= len(value) <= max_length:
         problems.add(field, f"{field} must be {min_length}-{max_length} characters long.")
@@ -67,8 +110,8 @@ def pattern(
     problems: Problems, field: str, value: object, regex: re.Pattern[str], rule: str
 ) -> str | None:
     if not isinstance(value, str) or not regex.fullmatch(value):
-        shown = value if isinstance(value, str) else type(value).__name__
-        problems.add(field, f"{field} {rule} (got {shown!r}).")
+        got = repr(shown(value)) if isinstance(value, str) else type(value).__name__
+        problems.add(field, f"{field} {rule} (got {got}).")
         return None
     return value
 
@@ -85,7 +128,7 @@ def string_list(
 ) -> list[str] | None:
     items = list(value) if isinstance(value, list | tuple) else None
     ok = items is not None and len(items) <= max_items and all(
-        isinstance(item, str) and "\x00" not in item and len(item) <= max_length
+        isinstance(item, str) and not has_bad_characters(item) and len(item) <= max_length
         for item in items
     )
     if items is None or not ok:
@@ -103,10 +146,12 @@ def environment(problems: Problems, field: str, value: object) -> dict[str, str]
         return None
     result: dict[str, str] = {}
     for name, item in value.items():
-        bad_name = not isinstance(name, str) or not name or "=" in name or "\x00" in name
-        if bad_name or not isinstance(item, str) or "\x00" in item:
-            problems.add(field, f"{field} must map names (non-empty, no '=') to strings; "
-                                f"{name!r} does not.")
+        bad_name = (not isinstance(name, str) or not name or "=" in name
+                    or has_bad_characters(name))
+        if bad_name or not isinstance(item, str) or has_bad_characters(item):
+            problems.add(field, f"{field} must map names (non-empty, no '=') to strings "
+                                f"without NUL or unpaired surrogates; {shown(name)!r} "
+                                "does not.")
             return None
         result[name] = item
     return result
@@ -114,4 +159,4 @@ def environment(problems: Problems, field: str, value: object) -> dict[str, str]
 
 def unknown_fields(problems: Problems, given: Mapping[str, Any], known: frozenset[str]) -> None:
     for field in sorted(set(given) - known):
-        problems.add(field, f"Unknown field {field}.")
+        problems.add(shown(field), f"Unknown field {shown(field)}.")

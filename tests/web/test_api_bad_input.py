@@ -206,7 +206,7 @@ def test_bad_capacities_are_422(api: ApiFor, body: dict[str, Any], field: str) -
 ])
 def test_bad_path_parameters_are_4xx_not_500(api: ApiFor, url: str) -> None:
     status, body = api("admin").get(url)
-    assert status in (404, 405, 422), body
+    assert status in (400, 404, 405, 422), body
     assert_error(status, body, status)
 
 
@@ -223,3 +223,142 @@ def test_an_empty_submission_is_422(api: ApiFor) -> None:
     status, body = api("member").post("/api/v1/jobs", raw="")
     assert_error(status, body, 422)
     assert state() == before
+
+
+# Text no column can store: lone surrogates and NUL (issue 11, item 1) ---------------------
+
+BAD_TEXT = ["\ud800", "a\x00b"]
+LIMIT = {"capacity_unit": UNIT, "max_capacity": 1}
+# Every text a body may carry: (method, url, body with {bad} where the text goes, field).
+TEXT_FIELDS = [
+    *[("post", "/api/v1/jobs", {field: "{bad}"}, field) for field in (
+        "name", "quota_share", "instance_type", "role", "volume_kms_key_id", "client_token")],
+    ("post", "/api/v1/jobs", {"command": "echo {bad}", "duration_seconds": None}, "command"),
+    ("post", "/api/v1/jobs", {"security_group_ids": ["sg-1", "{bad}"]}, "security_group_ids[1]"),
+    ("post", "/api/v1/jobs", {"subnets": ["{bad}"]}, "subnets[0]"),
+    ("post", "/api/v1/jobs", {"environment": {"A": "{bad}"}}, "environment.A"),
+    ("post", "/api/v1/jobs", {"environment": {"{bad}": "1"}}, "environment"),
+    ("post", "/api/v1/jobs/{job}/terminate", {"reason": "{bad}"}, "reason"),
+    ("post", "/api/v1/tokens", {"name": "{bad}"}, "name"),
+    ("put", "/api/v1/capacity", {"capacity_limits": [{**LIMIT, "capacity_unit": "{bad}"}]},
+     "capacity_limits[0].capacity_unit"),
+    ("post", "/api/v1/quota-shares", share(name="{bad}"), "name"),
+    ("post", "/api/v1/quota-shares", share(sharing_strategy="{bad}"), "sharing_strategy"),
+    ("post", "/api/v1/quota-shares", share(members=["{bad}"]), "members[0]"),
+    ("post", "/api/v1/quota-shares",
+     share(capacity_limits=[{**LIMIT, "capacity_unit": "{bad}"}]),
+     "capacity_limits[0].capacity_unit"),
+    ("patch", "/api/v1/quota-shares/QS1", {"members": ["member", "{bad}"]}, "members[1]"),
+    ("patch", "/api/v1/quota-shares/QS1", {"state": "{bad}"}, "state"),
+]
+
+
+def _filled(template: Any, bad: str) -> Any:
+    if isinstance(template, str):
+        return template.replace("{bad}", bad)
+    if isinstance(template, list):
+        return [_filled(item, bad) for item in template]
+    if isinstance(template, dict):
+        return {_filled(key, bad): _filled(item, bad) for key, item in template.items()}
+    return template
+
+
+@pytest.mark.parametrize("bad", BAD_TEXT, ids=["surrogate", "nul"])
+@pytest.mark.parametrize(("method", "url", "body", "field"), TEXT_FIELDS)
+def test_a_lone_surrogate_or_nul_in_any_text_field_is_422_naming_it(
+        api: ApiFor, target: int, bad: str, method: str, url: str, body: dict[str, Any],
+        field: str) -> None:
+    payload = _filled(body, bad)
+    if url == "/api/v1/jobs":
+        payload = helpers.submission(**payload)
+    before = state()
+    status, answer = api("admin").call(method, url.format(job=target), payload)
+    assert_error(status, answer, 422, field=field)
+    assert state() == before
+
+
+@pytest.mark.parametrize(("url", "parameter"), [
+    ("/api/v1/jobs", "name"), ("/api/v1/jobs", "quota_share"), ("/api/v1/jobs", "status"),
+    ("/api/v1/jobs", "cursor"), ("/api/v1/warm-pools", "status"),
+    ("/api/v1/warm-pools", "quota_share"), ("/api/v1/warm-pools", "cursor"),
+    ("/api/v1/usage", "since"), ("/api/v1/usage", "quota_share"),
+    ("/api/v1/usage", "capacity_unit"), ("/api/v1/events", "after"),
+    ("/api/v1/jobs", "unknown"), ("/api/v1/jobs/{job}/logs", "tail"),
+])
+def test_a_nul_in_any_query_parameter_is_422_naming_it(api: ApiFor, target: int, url: str,
+                                                       parameter: str) -> None:
+    status, body = api("admin").get(url.format(job=target), **{parameter: "QS1\x00"})
+    assert_error(status, body, 422, field=parameter)
+
+
+@pytest.mark.parametrize("url", [
+    "/api/v1/quota-shares/a%00b", "/api/v1/jobs/1%00", "/api/v1/no%00where",
+])
+def test_a_nul_in_an_api_path_is_400(api: ApiFor, url: str) -> None:
+    status, body = api("admin").get(url)
+    assert_error(status, body, 400, "BAD_PATH")
+
+
+@pytest.mark.parametrize("url", ["/shares/a%00b", "/shares/a%00b/jobs", "/jobs/1%00"])
+def test_a_nul_in_a_page_address_is_400(api: ApiFor, url: str) -> None:
+    from django.test import Client
+
+    client = Client()
+    client.force_login(helpers.ApiToken.objects.first().user)
+    assert client.get(url).status_code == 400
+
+
+def test_a_chunked_body_over_1_mib_is_a_json_413() -> None:
+    """No Content-Length (Transfer-Encoding: chunked, as Daphne passes it on): Django finds
+    the size only while reading, after the declared-length check."""
+    from asgiref.sync import async_to_sync
+    from asgiref.testing import ApplicationCommunicator
+
+    from quotaweb.asgi import application
+
+    async def send() -> dict[str, Any]:
+        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
+                 "method": "POST", "scheme": "http", "path": "/api/v1/jobs",
+                 "raw_path": b"/api/v1/jobs", "query_string": b"", "root_path": "",
+                 "headers": [(b"host", b"localhost"), (b"content-type", b"application/json"),
+                             (b"transfer-encoding", b"chunked")],
+                 "client": ("127.0.0.1", 5000), "server": ("127.0.0.1", 8000)}
+        app = ApplicationCommunicator(application, scope)
+        chunk = b" " * (256 * 1024)
+        for _ in range(5):
+            await app.send_input({"type": "http.request", "body": chunk, "more_body": True})
+        await app.send_input({"type": "http.request", "body": b"{}", "more_body": False})
+        start = await app.receive_output(timeout=20)
+        body = await app.receive_output(timeout=20)
+        return {"status": start["status"], "headers": dict(start["headers"]),
+                "body": body["body"]}
+
+    answer = async_to_sync(send)()
+    assert answer["headers"][b"Content-Type"].startswith(b"application/json"), answer
+    assert_error(answer["status"], json.loads(answer["body"]), 413, "BODY_TOO_LARGE")
+
+
+HUGE = "x" * 100_000
+
+
+@pytest.mark.parametrize(("method", "url", "body"), [
+    ("post", "/api/v1/jobs", helpers.submission(name=HUGE)),
+    ("post", "/api/v1/jobs", helpers.submission(instance_type=HUGE)),
+    ("post", "/api/v1/jobs", helpers.submission(quota_share=HUGE)),
+    ("post", "/api/v1/jobs", helpers.submission(environment={HUGE + "=": "1"})),
+    ("post", "/api/v1/jobs", {**helpers.submission(), HUGE: 1}),
+    ("post", "/api/v1/jobs", helpers.submission(role=HUGE)),
+    ("post", "/api/v1/jobs/{job}/terminate", {"reason": HUGE}),
+    ("post", "/api/v1/quota-shares", share(name=HUGE)),
+    ("put", "/api/v1/capacity", {"capacity_limits": [{**LIMIT, "capacity_unit": HUGE}]}),
+    ("get", "/api/v1/jobs?" + HUGE + "=\x00", None),
+])
+def test_an_error_never_echoes_a_huge_value_in_full(api: ApiFor, target: int, method: str,
+                                                    url: str, body: Any) -> None:
+    if method == "get":
+        response = api("admin").client.get(url, headers=api("admin").headers)
+        status, answer = response.status_code, response.json()
+    else:
+        status, answer = api("admin").call(method, url.format(job=target), body)
+    assert 400 <= status < 500, answer
+    assert len(json.dumps(answer)) < 2_000, json.dumps(answer)[:300]

@@ -7,7 +7,7 @@ from typing import Any
 from ninja import Schema
 from pydantic import Field
 
-from .common import STRICT_BODY, UtcTime
+from .common import RequestBody, UtcTime
 from .jobs import PoolStatus
 
 
@@ -66,9 +66,7 @@ class EventListOut(Schema):
     events: list[EventOut]
 
 
-class TokenIn(Schema):
-    model_config = STRICT_BODY
-
+class TokenIn(RequestBody):
     name: str = Field("", json_schema_extra={"maxLength": 128},
                       description="A label to recognise the token by.")
 

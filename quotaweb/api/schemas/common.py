@@ -14,14 +14,18 @@ import re
 from datetime import datetime
 from typing import Annotated, Any
 
+from ninja import Schema
 from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
     PlainSerializer,
     StringConstraints,
+    ValidationInfo,
     WithJsonSchema,
+    field_validator,
 )
+from pydantic_core import PydanticCustomError
 
 from ...realtime.serializers import iso
 from ...services import values
@@ -64,3 +68,23 @@ def documented(**schema: Any) -> Any:
 
 
 STRICT_BODY = ConfigDict(extra="forbid", strict=True)
+
+
+class RequestBody(Schema):
+    """The base of every request body: strict, no unknown fields, and no text that the
+    database cannot store.  JSON may spell a lone surrogate (`"\\ud800"`) or a NUL
+    (`"\\u0000"`) anywhere; this one check, on every field before its own validation,
+    refuses them (422) wherever they are, in strings, lists and objects, keys included."""
+
+    model_config = STRICT_BODY
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _storable_text(cls, value: Any, info: ValidationInfo) -> Any:
+        where = values.first_bad_text(value)
+        if where is not None:
+            inside = where if where.startswith("[") or not where else f".{where}"
+            raise PydanticCustomError(
+                "bad_text", "{field} {rule}.",
+                {"field": f"{info.field_name}{inside}", "rule": values.BAD_CHARACTERS_RULE})
+        return value

@@ -9,7 +9,7 @@ from pydantic import Field
 
 from ...services.configuration import MAX_BORROW_LIMIT, MAX_KEEP_ALIVE_SECONDS, MAX_LIMITS
 from ...services.values import MAX_INT
-from .common import STRICT_BODY, UnitName, Username
+from .common import RequestBody, UnitName, Username
 
 Strategy = Literal["RESERVE", "LEND", "LEND_AND_BORROW"]
 ShareState = Literal["ENABLED", "DISABLED"]
@@ -23,9 +23,7 @@ KEEP_ALIVE_CAP = {"minimum": 0, "maximum": MAX_KEEP_ALIVE_SECONDS}
 # Capacity -----------------------------------------------------------------------------
 
 
-class CapacityUnitIn(Schema):
-    model_config = STRICT_BODY
-
+class CapacityUnitIn(RequestBody):
     capacity_unit: UnitName
     max_capacity: int = Field(json_schema_extra=NATURAL)
     warm_pool_limit: int = Field(0, json_schema_extra=NATURAL)
@@ -33,10 +31,8 @@ class CapacityUnitIn(Schema):
     warm_start_seconds: int = Field(5, json_schema_extra=NATURAL)
 
 
-class CapacityIn(Schema):
+class CapacityIn(RequestBody):
     """The whole capacity: units left out are removed."""
-
-    model_config = STRICT_BODY
 
     capacity_limits: list[CapacityUnitIn]
 
@@ -56,9 +52,7 @@ class CapacityOut(Schema):
 # Quota shares -------------------------------------------------------------------------
 
 
-class LimitIn(Schema):
-    model_config = STRICT_BODY
-
+class LimitIn(RequestBody):
     capacity_unit: UnitName
     max_capacity: int = Field(json_schema_extra=NATURAL)
 
@@ -68,9 +62,7 @@ LIMITS = {"minItems": 1, "maxItems": MAX_LIMITS,
                          "most its max_capacity."}
 
 
-class QuotaShareIn(Schema):
-    model_config = STRICT_BODY
-
+class QuotaShareIn(RequestBody):
     name: str = Field(json_schema_extra={"pattern": r"^[A-Za-z0-9_-]{1,128}$"})
     capacity_limits: list[LimitIn] = Field(json_schema_extra=LIMITS)
     sharing_strategy: Strategy
@@ -81,14 +73,12 @@ class QuotaShareIn(Schema):
     members: list[Username] = Field(default_factory=list, description="Usernames.")
 
 
-class QuotaSharePatch(Schema):
+class QuotaSharePatch(RequestBody):
     """Any writable field; the name cannot change.
 
     A field left out is not changed.  The None defaults only mark "not given" (the view
     passes model_fields_set on); an explicit null is refused, as the types say.
     """
-
-    model_config = STRICT_BODY
 
     capacity_limits: list[LimitIn] = Field(None, json_schema_extra=LIMITS)
     sharing_strategy: Strategy = None

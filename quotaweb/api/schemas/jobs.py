@@ -11,7 +11,7 @@ from pydantic import Field
 from ...services.jobs import MAX_CLIENT_TOKEN
 from ...services.submission import MAX_PRIORITY, MAX_RETRY_ATTEMPTS
 from ...services.values import MAX_INT
-from .common import STRICT_BODY, ShareName, UtcTime
+from .common import RequestBody, ShareName, UtcTime
 
 JobStatus = Literal["SUBMITTED", "RUNNABLE", "SCHEDULED", "STARTING", "RUNNING", "SUCCEEDED",
                     "FAILED"]
@@ -31,11 +31,9 @@ TEXT_256 = {"maxLength": 256}
 # Requests -----------------------------------------------------------------------------
 
 
-class JobIn(Schema):
+class JobIn(RequestBody):
     """A submission (SPEC.md 4).  Give `command` (local executor) or `duration_seconds`
     (simulated executor), not both."""
-
-    model_config = STRICT_BODY
 
     name: str = Field(json_schema_extra={"pattern": r"^[A-Za-z0-9_-]{1,128}$"})
     quota_share: ShareName
@@ -69,20 +67,16 @@ class JobIn(Schema):
         json_schema_extra={"minLength": 1, "maxLength": MAX_CLIENT_TOKEN})
 
 
-class JobPatch(Schema):
+class JobPatch(RequestBody):
     """Change a job: its priority while it is not terminal; its keep-alive while it is not
     terminal or while its warm pool is Available (0 terminates that pool).  A field left
     out is not changed (the None defaults only mark "not given"; null is refused)."""
-
-    model_config = STRICT_BODY
 
     priority: int = Field(None, json_schema_extra=PRIORITY)
     keep_alive_seconds: int = Field(None, json_schema_extra=KEEP_ALIVE)
 
 
-class TerminateIn(Schema):
-    model_config = STRICT_BODY
-
+class TerminateIn(RequestBody):
     reason: str = Field("Terminated by user", json_schema_extra={"maxLength": 1000})
 
 
