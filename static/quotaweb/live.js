@@ -109,11 +109,25 @@ function fitLegend(figure, div) {
   if (div.clientWidth < 640) figure.layout.showlegend = false;
 }
 
+// The container has the figure's height, given explicitly: with the responsive config
+// Plotly resizes a chart to its container when the window changes, and a container
+// sized only by its drawing would shrink to its CSS minimum (the drawing staying tall
+// and spilling over what follows).  Each redraw asks for the height again, since a
+// resize leaves the layout without one.
+function fixHeight(entry, figure) {
+  if (figure.layout.height) entry.height = figure.layout.height;
+  if (entry.height) {
+    entry.div.style.height = `${entry.height}px`;
+    figure.layout.height = entry.height;
+  }
+}
+
 function initFigures() {
   for (const div of document.querySelectorAll("[data-figure]")) {
     const figure = localizeFigure(readJSON(div.dataset.figure));
     fitLegend(figure, div);
-    const entry = { div, follow: true, dirty: false, config: figure.config };
+    const entry = { div, follow: true, dirty: false, config: figure.config, height: null };
+    fixHeight(entry, figure);
     Plotly.newPlot(div, figure.data, figure.layout, figure.config);
     div.on("plotly_relayout", (change) => {
       if (change["xaxis.autorange"]) {
@@ -162,6 +176,7 @@ function redraw(entry) {
   entry.dirty = false;
   const layout = entry.div.layout;
   layout.datarevision = (layout.datarevision || 0) + 1;
+  if (entry.height) layout.height = entry.height;
   Plotly.react(entry.div, entry.div.data, layout, entry.config);
 }
 
@@ -431,7 +446,10 @@ function replaceFigure(div, figure) {
   localizeFigure(figure);
   fitLegend(figure, div);
   if (entry && !entry.follow) figure.layout.xaxis.range = div.layout.xaxis.range;
-  if (entry) entry.config = figure.config;
+  if (entry) {
+    entry.config = figure.config;
+    fixHeight(entry, figure);
+  }
   Plotly.react(div, figure.data, figure.layout, figure.config);
   if (entry) moveToNow(entry);
 }
