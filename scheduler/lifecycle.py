@@ -152,15 +152,26 @@ def settle_warm_pool(
         if reused_pool:
             return PoolSettlement(PoolStatus.TERMINATED, None, PoolTermination.EXPIRED)
         return PoolSettlement(None)
-    if keep_alive_seconds <= 0:
-        if reused_pool:
-            return PoolSettlement(PoolStatus.TERMINATED, None, PoolTermination.EXPIRED)
+    if keep_alive_seconds <= 0 and not reused_pool:
         return PoolSettlement(None)
-    if chain_started_at + max_lifetime_seconds <= ended_at:
+    if _lifetime_over(ended_at, keep_alive_seconds, chain_started_at, max_lifetime_seconds):
         return PoolSettlement(PoolStatus.TERMINATED, None, PoolTermination.MAX_LIFETIME)
+    if keep_alive_seconds <= 0:
+        return PoolSettlement(PoolStatus.TERMINATED, None, PoolTermination.EXPIRED)
     if available_on_unit + instance_count > warm_pool_limit:
         return PoolSettlement(PoolStatus.TERMINATED, None, PoolTermination.LIMIT_EXCEEDED)
     return PoolSettlement(PoolStatus.AVAILABLE, ended_at + keep_alive_seconds)
+
+
+def _lifetime_over(
+    ended_at: float, keep_alive_seconds: float, chain_started_at: float, lifetime: float
+) -> bool:
+    """Whether a segment ends MAX_LIFETIME as its job ends: the chain's lifetime ended by
+    then, and strictly before its keep-alive would, as in housekeeping.  With keep-alive 0
+    (a reused pool that ends with its job) that is a lifetime that passed while the job
+    ran; a tie with the job's end is EXPIRED, as it would be for an Available pool."""
+    lifetime_end = chain_started_at + lifetime
+    return lifetime_end <= ended_at and lifetime_end < ended_at + max(keep_alive_seconds, 0)
 
 
 def pool_end(

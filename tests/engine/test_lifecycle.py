@@ -228,6 +228,19 @@ SETTLEMENTS: dict[str, tuple[dict[str, Any], PoolSettlement]] = {
     "lifetime-ends-after-the-job": (
         {"reused_pool": True, "max_lifetime_seconds": 1001}, AVAILABLE_UNTIL_1300,
     ),
+    # Keep-alive 0: the segment would end with the job, so only a lifetime that ended
+    # strictly earlier (while the job ran) makes it MAX_LIFETIME.
+    "keep-alive-zero-lifetime-passed-while-in-use": (
+        {"keep_alive_seconds": 0, "reused_pool": True, "max_lifetime_seconds": 999},
+        terminated(PoolTermination.MAX_LIFETIME),
+    ),
+    "keep-alive-zero-lifetime-ends-as-the-job-ends": (
+        {"keep_alive_seconds": 0, "reused_pool": True, "max_lifetime_seconds": 1000},
+        terminated(PoolTermination.EXPIRED),
+    ),
+    "keep-alive-zero-own-pool-past-its-lifetime-leaves-none": (
+        {"keep_alive_seconds": 0, "max_lifetime_seconds": 999}, NO_POOL,
+    ),
 }
 
 
