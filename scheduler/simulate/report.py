@@ -17,8 +17,10 @@ from .world import World
 USAGE_FIGURES = ("in_use", "own", "borrowed", "lent", "warm", "queued")
 
 
-def usage_figures(world: World) -> dict[tuple[str, str], dict[str, int]]:
-    """SPEC.md 3's figures for every share and each unit in its limits, as things stand."""
+def held_figures(world: World) -> dict[tuple[str, str], dict[str, int]]:
+    """SPEC.md 3's figures, as things stand, for every share on each unit in its limits
+    and on each unit it holds instances of.  A unit no longer listed has L = 0: what is
+    held there is borrowed and counts in the metrics, though it gets no usage row."""
     used: dict[tuple[str, str], int] = defaultdict(int)
     warm: dict[tuple[str, str], int] = defaultdict(int)
     queued: dict[tuple[str, str], int] = defaultdict(int)
@@ -43,7 +45,7 @@ def usage_figures(world: World) -> dict[tuple[str, str], dict[str, int]]:
         unowned = quota.unowned(capacity, (limit for _, limit, _ in standing.values()))
         lent = quota.lent(unowned, standing)
         for name, share in world.shares.items():
-            if unit not in share.units():
+            if unit not in share.units() and not used[name, unit]:
                 continue
             u, limit, _ = standing[name]
             figures[name, unit] = {
@@ -55,6 +57,13 @@ def usage_figures(world: World) -> dict[tuple[str, str], dict[str, int]]:
                 "queued": queued[name, unit],
             }
     return figures
+
+
+def listed_figures(
+    world: World, held: dict[tuple[str, str], dict[str, int]]
+) -> dict[tuple[str, str], dict[str, int]]:
+    """The usage rows' figures: only units in the share's limits."""
+    return {key: fig for key, fig in held.items() if key[1] in world.shares[key[0]].units()}
 
 
 def largest_idle_fit(state: CycleState) -> int:
@@ -86,6 +95,7 @@ class Meter:
 
     last_t: int = 0
     figures: dict[tuple[str, str], dict[str, int]] = field(default_factory=dict)
+    held: dict[tuple[str, str], dict[str, int]] = field(default_factory=dict)
     capacity_total: int = 0
     idle_fit: int = 0
     used_integral: float = 0.0
@@ -100,7 +110,7 @@ class Meter:
         span = until - self.last_t
         if span <= 0:
             return
-        for (share, _), fig in self.figures.items():
+        for (share, _), fig in self.held.items():
             self.used_integral += fig["in_use"] * span
             acc = self.per_share[share]
             acc["instance_seconds"] += fig["in_use"] * span
@@ -112,12 +122,13 @@ class Meter:
 
     def record(self, world: World, t: int, idle_fit: int) -> None:
         self.integrate(t)
-        figures = usage_figures(world)
+        held = held_figures(world)
+        figures = listed_figures(world, held)
         for key, fig in figures.items():
             if self.figures.get(key) != fig:
                 share, unit = key
                 self.rows.append({"t": t, "quota_share": share, "capacity_unit": unit, **fig})
-        self.figures = figures
+        self.figures, self.held = figures, held
         self.capacity_total = sum(u.max_capacity for u in world.capacity.values())
         self.idle_fit = idle_fit
 

@@ -6,6 +6,8 @@ from typing import Any
 
 from scheduler.simulate import run_scenario
 
+from .scenario_builders import action, capacity, scenario, share, submit
+
 
 def _scenario(actions: list[dict[str, Any]], **settings: int) -> dict[str, Any]:
     return {
@@ -103,3 +105,25 @@ def test_expired_pools_end_in_the_same_order_whatever_the_snapshot_order() -> No
                      (pool("p0", 0), pool("p1", 1)))
     reversed_pools = dataclasses.replace(first, warm_pools=first.warm_pools[::-1])
     assert schedule(first) == schedule(reversed_pools)
+
+
+def test_instances_held_on_a_unit_dropped_from_the_limits_still_count_in_the_metrics() -> None:
+    """A unit no longer in a share's limits has L = 0: a job still running there holds
+    borrowed instances (metrics), though the share gets no usage row for it any more."""
+    two_units = [capacity(2, unit="a"), capacity(1, unit="b")]
+    document = scenario(
+        capacity=two_units,
+        shares=[share("S", {"a": 0, "b": 1}, "RESERVE")],
+        actions=[
+            submit(0, "j", "S", duration=10, instance_type="b"),
+            action(4, "update_share", name="S", capacity_limits=[
+                {"capacity_unit": "a", "max_capacity": 2},
+            ]),
+        ],
+        until=10,
+    )
+    result = run_scenario(document)
+    per_share = result["metrics"]["per_share"]["S"]
+    assert (per_share["instance_seconds"], per_share["borrowed_instance_seconds"]) == (10, 6)
+    assert result["metrics"]["utilization"] == round(10 / 30, 4)
+    assert {row["capacity_unit"] for row in result["usage"] if row["t"] >= 4} <= {"a"}
