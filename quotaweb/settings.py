@@ -204,7 +204,10 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"refusals_on_one_line": {"()": "quotaweb.logs.RefusalsOnOneLine"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain",
+                             "filters": ["refusals_on_one_line"]}},
     "root": {"handlers": ["console"], "level": env.string("LOG_LEVEL", "INFO")},
-    "loggers": {"daphne": {"level": "WARNING"}, "django.channels.server": {"level": "WARNING"}},
+    "loggers": {"daphne": {"level": "WARNING"}, "django.channels.server": {"level": "WARNING"},
+                "django.request": {"filters": ["refusals_on_one_line"]}},
 }

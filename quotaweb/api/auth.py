@@ -18,7 +18,8 @@ from ninja.security import APIKeyCookie, HttpBearer
 from ninja.utils import check_csrf
 
 from ..models import ApiToken
-from ..services.permissions import can_read
+from ..realtime.serializers import iso
+from ..services.permissions import can_read, is_admin
 from .errors import ApiError
 
 # Writing last_used_at on every request would turn every read into a write.
@@ -43,6 +44,10 @@ class BearerToken(HttpBearer):
                  .filter(digest=ApiToken.hash(token), revoked_at__isnull=True).first())
         if found is None or not can_read(found.user):
             raise ApiError(401, "INVALID_TOKEN", "The bearer token is unknown or revoked.")
+        if found.expired(timezone.now()):
+            raise ApiError(401, "TOKEN_EXPIRED",
+                           f"The bearer token expired at {iso(found.expires_at)}; create "
+                           "another while signed in.")
         _touch(found)
         request.api_token = found  # type: ignore[attr-defined]
         return found.user
@@ -76,6 +81,59 @@ class SessionWithCsrf(APIKeyCookie):
             raise ApiError(403, "CSRF_FAILED", "The CSRF check failed: send the X-CSRFToken "
                                                "header with the csrftoken cookie's value.")
         return user
+
+
+# Permission before validation: operations that only some callers may use say so in their
+# `auth`, which ninja runs before it reads the body, so a caller who may not use the
+# operation hears 403 whatever body they sent (a 422 would tell them what to fix).
+
+
+class AdminBearerToken(BearerToken):
+    """A bearer token of an administrator; anyone else's is a 403."""
+
+    def __init__(self, refusal: str) -> None:
+        super().__init__()
+        self.refusal = refusal
+
+    def authenticate(self, request: HttpRequest, token: str) -> Any:
+        user = super().authenticate(request, token)
+        if not is_admin(user):
+            raise ApiError(403, "FORBIDDEN", self.refusal)
+        return user
+
+
+class AdminSession(SessionWithCsrf):
+    """An administrator's session (with CSRF); anyone else signed in is a 403."""
+
+    def __init__(self, refusal: str) -> None:
+        super().__init__(csrf=True)
+        self.refusal = refusal
+
+    def authenticate(self, request: HttpRequest, key: str | None) -> Any:
+        user = super().authenticate(request, key)
+        if user is not None and not is_admin(user):
+            raise ApiError(403, "FORBIDDEN", self.refusal)
+        return user
+
+
+def administrators_only(what: str) -> list[Any]:
+    """The `auth` of an operation for administrators only, e.g. "change the capacity"."""
+    refusal = f"Only administrators may {what}."
+    return [AdminBearerToken(refusal), AdminSession(refusal)]
+
+
+class NoBearerToken(BearerToken):
+    """Refuses (403) a request that authenticates with a bearer token, for the operations
+    that only a person signed in may use: a token must not mint tokens, or revoking a
+    leaked one would not cut its holder off."""
+
+    def __init__(self, refusal: str) -> None:
+        super().__init__()
+        self.refusal = refusal
+
+    def authenticate(self, request: HttpRequest, token: str) -> Any:
+        super().authenticate(request, token)  # an unknown token is still a 401
+        raise ApiError(403, "FORBIDDEN", self.refusal)
 
 
 def current_user(request: HttpRequest) -> Any:

@@ -4,6 +4,8 @@ from django.db import models
 from django.db.models import Q
 
 NAME = RegexValidator(r"^[A-Za-z0-9_-]{1,128}$", "Use 1-128 of A-Z a-z 0-9 _ -.")
+DEFAULT_MAX_QUEUED_JOBS = 1000
+DEFAULT_MAX_SUBMISSIONS_PER_MINUTE = 120
 
 
 class Strategy(models.TextChoices):
@@ -39,6 +41,14 @@ class QuotaShare(models.Model):
                              default=ShareState.ENABLED)
     max_keep_alive_seconds = models.PositiveIntegerField(
         default=3600, validators=[MaxValueValidator(3600)])
+    # Guards against one member flooding the queue (every queued job costs the cycle):
+    # submissions beyond either limit are refused.  Administrators set them per share.
+    max_queued_jobs = models.PositiveIntegerField(
+        default=DEFAULT_MAX_QUEUED_JOBS,
+        help_text="Jobs the share may have waiting (SUBMITTED or RUNNABLE) at once.")
+    max_submissions_per_minute = models.PositiveIntegerField(
+        default=DEFAULT_MAX_SUBMISSIONS_PER_MINUTE,
+        help_text="Jobs one user may submit to the share in any minute.")
     members = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True,
                                      related_name="quota_shares")
     created_at = models.DateTimeField(auto_now_add=True)

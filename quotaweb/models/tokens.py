@@ -1,5 +1,6 @@
 import hashlib
 import secrets
+from datetime import datetime
 
 from django.conf import settings
 from django.db import models
@@ -16,6 +17,8 @@ class ApiToken(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(
+        null=True, blank=True, help_text="Refused from this time on; empty: never expires.")
 
     class Meta:
         ordering = ["-created_at"]
@@ -28,8 +31,13 @@ class ApiToken(models.Model):
         return hashlib.sha256(raw.encode()).hexdigest()
 
     @classmethod
-    def issue(cls, user: object, name: str = "") -> tuple["ApiToken", str]:
+    def issue(cls, user: object, name: str = "", expires_at: datetime | None = None
+              ) -> tuple["ApiToken", str]:
         """Create a token; returns it and the raw secret, which is shown once."""
         raw = "qw_" + secrets.token_urlsafe(32)
-        token = cls.objects.create(user=user, name=name, prefix=raw[:10], digest=cls.hash(raw))
+        token = cls.objects.create(user=user, name=name, prefix=raw[:10], digest=cls.hash(raw),
+                                   expires_at=expires_at)
         return token, raw
+
+    def expired(self, now: datetime) -> bool:
+        return self.expires_at is not None and self.expires_at <= now

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from .views import jobs, overview, pools, shares
+from .views import jobs, overview, pools, shares, tokens
 
 app_name = "web"
 
@@ -29,6 +29,9 @@ urlpatterns = [
     path("capacity/units/<int:unit_id>", pools.capacity_unit, name="capacity-unit"),
     path("capacity/units/<int:unit_id>/delete", pools.delete_capacity_unit,
          name="capacity-delete"),
+    path("tokens", tokens.tokens, name="tokens"),
+    path("tokens/<int:token_id>/revoke", tokens.revoke_token, name="token-revoke"),
+    path("tokens/revoke-all", tokens.revoke_all_tokens, name="tokens-revoke-all"),
     path("live/fleet-glance", overview.fleet_glance, name="fleet-glance"),
     path("live/share-cards", overview.share_cards, name="share-cards"),
     path("live/open-jobs", overview.open_jobs, name="open-jobs"),

@@ -66,6 +66,8 @@ class ApiWrite:
     body: Any
     outcomes: tuple[str, ...]
     success: int
+    # When a bearer token may do less than the session (creating tokens: issue 11).
+    bearer_outcomes: tuple[str, ...] | None = None
 
 
 API_WRITES = {
@@ -87,7 +89,11 @@ API_WRITES = {
                                   (*SHARE_WRITE, UNAUTHORIZED), 200),
     "terminate job": ApiWrite("post", "/api/v1/jobs/{queued}/terminate", {"reason": "stop"},
                               (*SHARE_WRITE, UNAUTHORIZED), 200),
-    "create token": ApiWrite("post", "/api/v1/tokens", {"name": "ci"}, EVERYONE_SIGNED_IN, 201),
+    "create token": ApiWrite("post", "/api/v1/tokens", {"name": "ci"}, EVERYONE_SIGNED_IN, 201,
+                             bearer_outcomes=(REFUSED, REFUSED, REFUSED, REFUSED,
+                                              UNAUTHORIZED)),
+    "revoke all own tokens": ApiWrite("post", "/api/v1/tokens/revoke-all", None,
+                                      EVERYONE_SIGNED_IN, 200),
     "revoke own token": ApiWrite("delete", "/api/v1/tokens/{token}", None, EVERYONE_SIGNED_IN,
                                  204),
 }
@@ -105,7 +111,9 @@ def api_call(client: Client, write: ApiWrite, ids: dict[str, int],
 @pytest.mark.parametrize("name", list(API_WRITES))
 def test_every_api_write_for_every_role(world: World, name: str, auth: str) -> None:
     write = API_WRITES[name]
-    for role, expected in zip(ROLES, write.outcomes, strict=True):
+    outcomes = write.bearer_outcomes if auth == "bearer" and write.bearer_outcomes \
+        else write.outcomes
+    for role, expected in zip(ROLES, outcomes, strict=True):
         ids = targets(world, role)
         if auth == "bearer" or role == "anonymous":
             client = Client()

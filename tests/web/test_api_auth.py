@@ -44,6 +44,7 @@ EVERY_ENDPOINT = [
     ("get", "/api/v1/jobs/{job}/logs"),
     ("get", "/api/v1/warm-pools"), ("get", "/api/v1/usage"), ("get", "/api/v1/events"),
     ("get", "/api/v1/tokens"), ("post", "/api/v1/tokens"), ("delete", "/api/v1/tokens/1"),
+    ("post", "/api/v1/tokens/revoke-all"),
 ]
 
 
@@ -169,15 +170,23 @@ def test_bearer_writes_need_no_csrf_token(world: World) -> None:
 # Token management ---------------------------------------------------------------------
 
 
-def test_create_a_token_shows_the_raw_token_once_and_it_works(world: World) -> None:
-    client = bearer(world.users["member"])
+def signed_in(session_for: ApiFor, role: str = "member") -> Api:
+    """A session client of `role` that sends the CSRF header with every write."""
+    session = session_for(role)
+    session.headers = with_csrf(session)
+    return session
+
+
+def test_create_a_token_shows_the_raw_token_once_and_it_works(session_for: ApiFor) -> None:
+    client = signed_in(session_for)
     status, body = client.post("/api/v1/tokens", {"name": "laptop"})
     assert status == 201
     assert body["name"] == "laptop" and body["token"].startswith(body["prefix"])
     assert body["revoked_at"] is None and re.match(r"\d{4}-\d\d-\d\dT.*Z$", body["created_at"])
+    assert body["expires_at"] is None
     fresh = Api(Client(), {"Authorization": f"Bearer {body['token']}"})
     assert fresh.get("/api/v1/capacity")[0] == 200
-    status, listed = client.get("/api/v1/tokens")
+    status, listed = fresh.get("/api/v1/tokens")
     assert status == 200
     assert all("token" not in item for item in listed["tokens"])
     assert body["id"] in [item["id"] for item in listed["tokens"]]
@@ -210,14 +219,63 @@ def test_revoking_another_users_token_is_404_and_changes_nothing(world: World) -
 
 @pytest.mark.parametrize(("body", "field"), [
     ({"name": "x" * 129}, "name"), ({"name": 5}, "name"), ({"name": "a\x00b"}, "name"),
-    ({"name": "ok", "scope": "all"}, "scope"),
+    ({"name": "ok", "scope": "all"}, "scope"), ({"expires_at": "tomorrow"}, "expires_at"),
+    ({"expires_at": "2020-01-01T00:00:00Z"}, "expires_at"),
+    ({"expires_at": "9999-01-01T00:00:00Z"}, "expires_at"),
 ])
-def test_token_creation_validates_its_body(world: World, body: dict[str, Any],
+def test_token_creation_validates_its_body(session_for: ApiFor, body: dict[str, Any],
                                            field: str) -> None:
-    client = bearer(world.users["member"])
+    client = signed_in(session_for)
     before = state()
     assert_error(*client.post("/api/v1/tokens", body), 422, field=field)
     assert state() == before
+
+
+# Tokens cannot mint tokens; expiry; revoking all (issue 11, item 3) ---------------------
+
+
+@pytest.mark.parametrize("role", ["admin", "member", "other"])
+def test_a_bearer_token_cannot_create_tokens(world: World, role: str) -> None:
+    client = bearer(world.users[role])
+    before = state()
+    status, body = client.post("/api/v1/tokens", {"name": "minted"})
+    assert_error(status, body, 403, "FORBIDDEN")
+    assert "signed in" in body["error"]["message"]
+    assert state() == before
+    # Even alongside a signed-in session: a request with a bearer token is judged by it.
+    client.client.force_login(world.users[role])
+    assert_error(*client.post("/api/v1/tokens", {"name": "minted"}), 403, "FORBIDDEN")
+    assert state() == before
+
+
+def test_a_token_with_an_expiry_works_until_then_and_is_listed_with_it(
+        world: World, session_for: ApiFor) -> None:
+    later = (timezone.now() + timedelta(hours=1)).replace(microsecond=0)
+    status, body = signed_in(session_for).post(
+        "/api/v1/tokens", {"name": "short", "expires_at": later.isoformat()})
+    assert status == 201, body
+    assert body["expires_at"] == later.strftime("%Y-%m-%dT%H:%M:%S.000000Z")
+    client = Api(Client(), {"Authorization": f"Bearer {body['token']}"})
+    listed = client.get("/api/v1/tokens")[1]["tokens"]
+    assert [t["expires_at"] for t in listed if t["id"] == body["id"]] == [body["expires_at"]]
+    ApiToken.objects.filter(pk=body["id"]).update(expires_at=timezone.now())
+    status, refused = client.get("/api/v1/capacity")
+    assert_error(status, refused, 401, "TOKEN_EXPIRED")
+    assert "expired" in refused["error"]["message"]
+
+
+def test_revoking_all_of_a_users_tokens_is_one_action(world: World) -> None:
+    member = world.users["member"]
+    raws = [ApiToken.issue(member, name=f"t{number}")[1] for number in range(3)]
+    others = ApiToken.issue(world.users["other"], name="not mine")[1]
+    client = Api(Client(), {"Authorization": f"Bearer {raws[0]}"})
+    status, body = client.post("/api/v1/tokens/revoke-all")
+    assert (status, body) == (200, {"revoked": 3})
+    for raw in raws:
+        assert_error(*Api(Client(), {"Authorization": f"Bearer {raw}"}).get(
+            "/api/v1/capacity"), 401, "INVALID_TOKEN")
+    assert Api(Client(), {"Authorization": f"Bearer {others}"}).get("/api/v1/capacity")[0] \
+        == 200
 
 
 # Documentation ------------------------------------------------------------------------

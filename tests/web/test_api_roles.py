@@ -53,7 +53,10 @@ WRITES = {
                                (200, 200, *SHARE_WRITE)),
     "terminate job": Write("post", "/api/v1/jobs/{queued}/terminate", {"reason": "stop"},
                            (200, 200, *SHARE_WRITE)),
-    "create token": Write("post", "/api/v1/tokens", {"name": "ci"}, (201, 201, 201, 201, 401)),
+    # A bearer token cannot create tokens (a session can: tests/web/test_api_auth.py).
+    "create token": Write("post", "/api/v1/tokens", {"name": "ci"}, (403, 403, 403, 403, 401)),
+    "revoke all own tokens": Write("post", "/api/v1/tokens/revoke-all", None,
+                                   (200, 200, 200, 200, 401)),
     "revoke own token": Write("delete", "/api/v1/tokens/{own_token}", None,
                               (204, 204, 204, 204, 401)),
 }
@@ -129,3 +132,44 @@ def test_role_matrix_covers_every_write_operation_of_the_schema(api: ApiFor) -> 
         "{finished}", "{job_id}").replace("{own_token}", "{token_id}").replace(
         "QS1", "{name}").replace("QS3", "{name}")) for w in WRITES.values()}
     assert writes == covered
+
+
+# Permission before validation (issue 11, item 2) ----------------------------------------
+
+ADMIN_WRITES_WITH_BAD_BODIES = [
+    ("put", "/api/v1/capacity", {}), ("put", "/api/v1/capacity", {"foo": 1}),
+    ("put", "/api/v1/capacity", "not json"),
+    ("post", "/api/v1/quota-shares", {"foo": 1}), ("post", "/api/v1/quota-shares", {}),
+    ("patch", "/api/v1/quota-shares/QS1", {"foo": 1}),
+    ("patch", "/api/v1/quota-shares/QS1", {"members": ["\ud800"]}),
+    ("patch", "/api/v1/quota-shares/NO-SUCH", {"foo": 1}),
+    ("delete", "/api/v1/quota-shares/QS1", None),
+]
+
+
+@pytest.mark.parametrize("role", ["member", "qs2_member", "other"])
+@pytest.mark.parametrize(("method", "url", "body"), ADMIN_WRITES_WITH_BAD_BODIES)
+def test_a_non_administrator_hears_403_before_any_problem_with_the_body(
+        api: ApiFor, role: str, method: str, url: str, body: Any) -> None:
+    before = state()
+    raw = body if isinstance(body, str) else None
+    status, answer = api(role).call(method, url, None if raw else body, raw=raw)
+    assert_error(status, answer, 403, "FORBIDDEN")
+    assert "administrators" in answer["error"]["message"]
+    assert state() == before
+
+
+def test_by_session_too_a_member_hears_403_for_a_bad_capacity_body(world: World) -> None:
+    from django.test import Client
+
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(world.users["member"])
+    client.get("/api/v1/docs")
+    session = Api(client, {"X-CSRFToken": client.cookies["csrftoken"].value})
+    assert_error(*session.put("/api/v1/capacity", {}), 403, "FORBIDDEN")
+    assert_error(*session.post("/api/v1/quota-shares", {"foo": 1}), 403, "FORBIDDEN")
+
+
+def test_an_administrator_still_hears_422_for_a_bad_body(api: ApiFor) -> None:
+    assert_error(*api("admin").put("/api/v1/capacity", {}), 422, field="capacity_limits")
+    assert_error(*api("admin").post("/api/v1/quota-shares", {"foo": 1}), 422, field="foo")

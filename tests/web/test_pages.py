@@ -450,6 +450,42 @@ def test_extending_and_terminating_a_pool(warm_pool: Job, member: Any,
     assert billed and 95 <= int(billed.group(1)) <= 110  # Available from 100 s ago
 
 
+def test_a_non_member_posting_to_a_pools_form_gets_403_with_a_message(
+    warm_pool: Job, other: Any, client_for: ClientFor
+) -> None:
+    pool = WarmPool.objects.get()
+    before = (pool.status, pool.expires_at)
+    for seconds in ("600", "0", "not a number", ""):
+        response = client_for(other).post(f"/warm-pools/{pool.pk}/keep-alive",
+                                          {"keep_alive_seconds": seconds})
+        assert response.status_code == 403, (seconds, response.status_code)
+        assert "Only members of quota share QS3" in response.content.decode()
+    pool.refresh_from_db()
+    assert (pool.status, pool.expires_at) == before
+
+
+def test_a_refused_dashboard_action_logs_one_line_not_a_traceback(
+    warm_pool: Job, other: Any, client_for: ClientFor, caplog: pytest.LogCaptureFixture
+) -> None:
+    pool = WarmPool.objects.get()
+    with caplog.at_level("WARNING", logger="django.request"):
+        client_for(other).post(f"/warm-pools/{pool.pk}/keep-alive", {"keep_alive_seconds": "0"})
+        client_for(other).post(f"/jobs/{warm_pool.pk}/keep-alive", {"keep_alive_seconds": "0"})
+    refused = [r for r in caplog.records if r.name == "django.request"]
+    assert len(refused) == 2, [r.getMessage() for r in refused]
+    for record in refused:
+        assert record.getMessage().startswith("Forbidden")
+        assert record.exc_info is None and record.exc_text is None
+    import logging
+
+    from quotaweb.logs import RefusalsOnOneLine
+
+    formatted = logging.Formatter().format(refused[0])
+    assert "Traceback" not in formatted and "\n" not in formatted
+    filters = logging.getLogger("django.request").filters
+    assert any(isinstance(f, RefusalsOnOneLine) for f in filters)
+
+
 def test_a_finished_job_with_an_available_pool_offers_only_its_keep_alive(
     warm_pool: Job, member: Any, client_for: ClientFor
 ) -> None:
@@ -568,3 +604,44 @@ def test_plotly_is_served_from_static_names_no_cdn_and_matches_the_installed_pac
     bundled = version.search(packaged.read_text()[:500])
     assert found and bundled and found.group(1) == bundled.group(1), \
         "the vendored plotly.js is not the plotly package's release: run scripts/vendor-plotly"
+
+
+# API tokens (issue 11, item 3) ----------------------------------------------------------
+
+
+def test_the_tokens_page_creates_a_token_with_an_expiry_and_revokes_all_at_once(
+    member: Any, other: Any, client_for: ClientFor
+) -> None:
+    from quotaweb.models import ApiToken
+
+    client = client_for(member)
+    assert "Revoke all" not in client.get("/tokens").content.decode()
+    created = client.post("/tokens", {"name": "laptop", "expires_in_days": "7"})
+    assert created.status_code == 201
+    html = created.content.decode()
+    raw = re.search(r'<code class="secret">(qw_[^<]+)</code>', html).group(1)
+    token = ApiToken.objects.get(user=member)
+    assert token.digest == ApiToken.hash(raw) and token.name == "laptop"
+    assert timedelta(days=6, hours=23) < token.expires_at - timezone.now() <= timedelta(days=7)
+    assert client.post("/tokens", {"name": "ci"}).status_code == 201
+    ApiToken.issue(other, name="someone else's")
+    listing = client.get("/tokens").content.decode()
+    assert "laptop" in listing and "someone else" not in listing
+    assert token.expires_at.strftime("%Y-%m-%d %H:%M") in listing
+    assert "Revoke all my tokens (2)" in listing
+    response = client.post("/tokens/revoke-all")
+    assert response.status_code == 302 and response["Location"] == "/tokens"
+    assert not ApiToken.objects.filter(user=member, revoked_at__isnull=True).exists()
+    assert ApiToken.objects.filter(user=other, revoked_at__isnull=True).count() == 1
+    assert "Revoked 2 tokens" in client.get("/tokens").content.decode()
+
+
+def test_the_tokens_page_refuses_a_bad_expiry_and_needs_sign_in(
+    member: Any, client_for: ClientFor
+) -> None:
+    from quotaweb.models import ApiToken
+
+    assert Client().get("/tokens").status_code == 302
+    assert Client().post("/tokens/revoke-all").status_code == 302
+    refused = client_for(member).post("/tokens", {"name": "x", "expires_in_days": "0"})
+    assert refused.status_code == 422 and not ApiToken.objects.exists()

@@ -11,7 +11,7 @@ from ninja.responses import Status
 from ...services import configuration
 from ...services.errors import Forbidden, NotFound
 from ...services.permissions import can_manage_configuration
-from ..auth import current_user
+from ..auth import administrators_only, current_user
 from ..errors import READ_ERRORS, WRITE_ERRORS, error_responses
 from ..schemas.common import ShareName
 from ..schemas.configuration import (
@@ -52,7 +52,8 @@ def get_capacity(request: HttpRequest) -> dict[str, Any]:
 
 
 @router.put("/capacity", response={200: CapacityOut, **error_responses(WRITE_ERRORS)},
-            operation_id="set_capacity", summary="Replace the capacity (administrators)")
+            auth=administrators_only("change the capacity"), operation_id="set_capacity",
+            summary="Replace the capacity (administrators)")
 def set_capacity(request: HttpRequest, payload: CapacityIn) -> dict[str, Any]:
     """Units left out are removed.  A change that leaves the shares' limits on a unit
     above its max_capacity is refused (422): lower the limits first."""
@@ -69,6 +70,7 @@ def list_shares(request: HttpRequest) -> dict[str, Any]:
 
 
 @router.post("/quota-shares", response={201: QuotaShareOut, **error_responses(WRITE_ERRORS)},
+             auth=administrators_only("change quota shares"),
              operation_id="create_quota_share",
              summary="Create a quota share (administrators)")
 def create_share(request: HttpRequest, payload: QuotaShareIn) -> Status:
@@ -85,6 +87,7 @@ def get_share(request: HttpRequest, name: ShareParam) -> dict[str, Any]:
 
 @router.patch("/quota-shares/{name}",
               response={200: QuotaShareOut, **error_responses(WRITE_ERRORS)},
+              auth=administrators_only("change quota shares"),
               operation_id="update_quota_share",
               summary="Change a quota share (administrators)")
 def update_share(request: HttpRequest, name: ShareParam, payload: QuotaSharePatch
@@ -96,6 +99,7 @@ def update_share(request: HttpRequest, name: ShareParam, payload: QuotaSharePatc
 
 @router.delete("/quota-shares/{name}",
                response={204: None, **error_responses(WRITE_ERRORS)},
+               auth=administrators_only("change quota shares"),
                operation_id="delete_quota_share",
                summary="Delete a DISABLED quota share (administrators)")
 def delete_share(request: HttpRequest, name: ShareParam) -> HttpResponse:

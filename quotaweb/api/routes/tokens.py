@@ -1,5 +1,5 @@
-"""The signed-in user's own API tokens: list, create (the raw token is shown once),
-revoke."""
+"""The signed-in user's own API tokens: list, create (the raw token is shown once; only
+with the session, never with a bearer token), revoke one, revoke all."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from ninja import Path, Router
 from ninja.responses import Status
 
 from ...models import ApiToken
-from ...services import values
-from ...services.errors import NotFound, Problems, ValidationFailed
-from ..auth import current_user
+from ...services import tokens as token_services
+from ...services.errors import NotFound
+from ..auth import NoBearerToken, SessionWithCsrf, current_user
 from ..errors import READ_ERRORS, WRITE_ERRORS, error_responses
-from ..schemas.activity import NewTokenOut, TokenIn, TokenListOut
+from ..schemas.activity import NewTokenOut, RevokedOut, TokenIn, TokenListOut
 from ..schemas.common import MAX_ID
 
 router = Router(tags=["tokens"])
@@ -26,7 +26,7 @@ TokenId = Annotated[int, Path(ge=1, le=MAX_ID)]
 def token_dict(token: ApiToken) -> dict[str, Any]:
     return {"id": token.id, "name": token.name, "prefix": token.prefix,
             "created_at": token.created_at, "last_used_at": token.last_used_at,
-            "revoked_at": token.revoked_at}
+            "revoked_at": token.revoked_at, "expires_at": token.expires_at}
 
 
 @router.get("/tokens", response={200: TokenListOut, **error_responses(READ_ERRORS)},
@@ -36,16 +36,30 @@ def list_tokens(request: HttpRequest) -> dict[str, Any]:
     return {"tokens": [token_dict(token) for token in tokens]}
 
 
+SESSION_ONLY = [
+    NoBearerToken("Tokens are created while signed in (the dashboard's Tokens page, or this "
+                  "API with the session), in the admin or with manage.py create_token; a "
+                  "bearer token cannot create tokens."),
+    SessionWithCsrf(csrf=True),
+]
+
+
 @router.post("/tokens", response={201: NewTokenOut, **error_responses(WRITE_ERRORS)},
-             operation_id="create_token", summary="Create an API token")
+             auth=SESSION_ONLY, operation_id="create_token", summary="Create an API token")
 def create_token(request: HttpRequest, payload: TokenIn) -> Status:
-    """The answer holds the raw token: it is shown this once and never stored."""
-    problems = Problems()
-    name = values.text(problems, "name", payload.name, max_length=128)
-    if problems or name is None:
-        raise ValidationFailed(problems.fields)
-    token, raw = ApiToken.issue(current_user(request), name=name)
+    """Only with the browser's session: a bearer token cannot create tokens (403).  The
+    answer holds the raw token: it is shown this once and never stored."""
+    token, raw = token_services.create_token(current_user(request), name=payload.name,
+                                             expires_at=payload.expires_at)
     return Status(201, {**token_dict(token), "token": raw})
+
+
+@router.post("/tokens/revoke-all", response={200: RevokedOut, **error_responses(WRITE_ERRORS)},
+             operation_id="revoke_all_tokens", summary="Revoke all of your API tokens")
+def revoke_all_tokens(request: HttpRequest) -> dict[str, int]:
+    """Every token of yours that is not revoked yet, the one making this request
+    included."""
+    return {"revoked": token_services.revoke_all(current_user(request))}
 
 
 @router.delete("/tokens/{token_id}", response={204: None, **error_responses(WRITE_ERRORS)},

@@ -7,7 +7,7 @@ from typing import Any
 from ninja import Schema
 from pydantic import Field
 
-from .common import RequestBody, UtcTime
+from .common import IsoTime, RequestBody, UtcTime
 from .jobs import PoolStatus
 
 
@@ -69,6 +69,9 @@ class EventListOut(Schema):
 class TokenIn(RequestBody):
     name: str = Field("", json_schema_extra={"maxLength": 128},
                       description="A label to recognise the token by.")
+    expires_at: IsoTime | None = Field(
+        None, strict=False, description="Refused from this time on (ISO 8601, in the "
+                                        "future); null or absent: never expires.")
 
 
 class TokenOut(Schema):
@@ -78,6 +81,11 @@ class TokenOut(Schema):
     created_at: UtcTime
     last_used_at: UtcTime | None
     revoked_at: UtcTime | None
+    expires_at: UtcTime | None = Field(description="null: never expires.")
+
+
+class RevokedOut(Schema):
+    revoked: int = Field(description="How many tokens were revoked.")
 
 
 class NewTokenOut(TokenOut):

@@ -52,7 +52,13 @@ def warm_pools_table(request: HttpRequest) -> HttpResponse:
 @require_POST
 def pool_keep_alive(request: HttpRequest, pool_id: int) -> HttpResponse:
     """Extend (or shorten) an Available pool's keep-alive; 0 ("Terminate") ends it."""
-    pool = get_object_or_404(WarmPool.objects.select_related("owner"), pk=pool_id)
+    pool = get_object_or_404(WarmPool.objects.select_related("owner", "quota_share"),
+                             pk=pool_id)
+    # Permission first: the form of another share's pool is not this user's to fill in,
+    # so its problems (a 422 on a row the page shows without a form) would say nothing.
+    if not can_write_share(request.user, pool.quota_share):
+        raise PermissionDenied(f"Only members of quota share {pool.quota_share.name} and "
+                               "administrators may change its warm pools.")
     form = KeepAliveForm(request.POST)
     problems: list[str] = []
     if form.is_valid():
