@@ -45,18 +45,25 @@ def _start_supervisor(**_: object) -> None:
 
 @celeryd_after_setup.connect
 def _consume_machine_queue(sender: str, instance: object, **_: object) -> None:
-    """An executor worker also consumes its machine's queue, where the attempts that
-    reuse this machine's warm pools are sent (Celery's per-worker queue recipe)."""
+    """An executor worker also consumes its machine's queue, where the attempts on the
+    instances it declares, and those that reuse its warm pools, are sent (Celery's
+    per-worker queue recipe)."""
     from django.conf import settings
 
     from .executors.routing import SHARED_QUEUE, machine_queue, this_machine
 
     if not settings.QUOTAWEB["LOCAL_EXECUTOR"]:
         return
+    from .executors.instances import parse_declaration
+
     queues = instance.app.amqp.queues  # type: ignore[attr-defined]
     if SHARED_QUEUE not in queues.consume_from:
         return  # a worker of other queues (the tick's): it runs no attempts
     queues.select_add(machine_queue(this_machine(settings.QUOTAWEB.get("HOST_NAME"))))
+    if not parse_declaration(str(settings.QUOTAWEB.get("INSTANCES") or "")).hosts_unlisted:
+        # The shared queue carries only instances that no host declares: a worker that
+        # declares its own (and not '*') would only turn them away.
+        queues.deselect([SHARED_QUEUE])
 
 
 @worker_process_shutdown.connect

@@ -98,16 +98,25 @@ def enqueue_launch(attempt_id: int) -> bool:
 
 
 def launch_queue(attempt_id: int) -> str:
-    """The executor queue for an attempt (STYLE.md, Executors): one that reuses a warm pool
-    goes to the queue of the machine that holds the pool, next to its cache directory;
-    every other one, and a reuse whose machine has not claimed it within
-    HOST_WAIT_SECONDS (the machine is gone), to the shared queue."""
+    """The executor queue for an attempt: the queue of the host that declares its instances
+    (docs/executors.md, Instances).  Instances no host declares go to the shared queue of
+    the '*' hosts, except a warm-pool reuse, which goes to the machine that holds the
+    pool's cache directory unless that machine has not claimed it within
+    HOST_WAIT_SECONDS (it is gone)."""
+    from .executors.registry import placement
     from .executors.routing import SHARED_QUEUE, machine_queue
     from .models import Attempt
 
     row = (Attempt.objects.filter(pk=attempt_id)
-           .values("warm_pool__host", "starting_at").first())
-    if row is None or not row["warm_pool__host"]:
+           .values("warm_pool__host", "starting_at", "instances", "job__instance_type").first())
+    if row is None:
+        return SHARED_QUEUE
+    where = placement(row["job__instance_type"], row["instances"] or [])
+    if where.ranks:
+        # Declared instances run on their host and nowhere else (one that spans hosts is
+        # failed there, with the reason).
+        return machine_queue(where.ranks[0].host)
+    if not row["warm_pool__host"]:
         return SHARED_QUEUE
     waited = time.time() - row["starting_at"].timestamp()
     if waited > HOST_WAIT_SECONDS:

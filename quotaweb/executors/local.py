@@ -20,6 +20,7 @@ Supervisor (quotaweb.executors.supervisor), which must stay alive as long as it 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import signal
@@ -40,18 +41,25 @@ from ..models import Attempt, LogLine
 from ..models.jobs import Executor, JobStatus
 from ..scheduling import events, transitions
 from ..scheduling.attempts import AttemptAlreadyEnded, finish_attempt
+from . import registry
+from .instances import Rank
 from .paths import attempt_cache_directory, attempt_log_path, work_dir
+from .sandbox import SANDBOX_UMASK, IsolationUnavailable, Sandbox, isolation
 
 log = logging.getLogger(__name__)
 
-SHELL = "/bin/sh"
+SPANS_HOSTS = ("Its instances are on several hosts ({hosts}) or partly on none; an attempt "
+               "runs on one host in this version")
+JOB_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+MASTER_PORT_BASE, MASTER_PORT_SPAN = 29500, 10000
 # Attempt.pid while the host that claimed the attempt is starting its process: not null, so
 # no other host claims it; never a real pid.
 CLAIMED = 0
-PASSED_THROUGH = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ",
-                  "TMPDIR")
+PASSED_THROUGH = ("LANG", "LC_ALL", "LC_CTYPE", "TZ")
 CACHE_VARIABLES = ("QUOTAWEB_WARMPOOL_CACHE_DIRECTORY",
                    "SAGEMAKER_MANAGED_WARMPOOL_CACHE_DIRECTORY")
+LOG_LIMIT_NOTICE = ("[quotaweb] The log limit of {limit:,} bytes per attempt is reached: "
+                    "the rest of this attempt's output is not kept.")
 MAX_LINE_BYTES = 16_384  # a longer line is shipped in pieces
 READ_BYTES = 1 << 20  # read at most this much of a log per poll, so one chatty job cannot stall
 
@@ -60,26 +68,58 @@ def run_directory(attempt: Attempt) -> Path:
     return work_dir() / "runs" / f"job-{attempt.job_id}" / f"attempt-{attempt.number}"
 
 
-def job_environment(attempt: Attempt, cache_directory: Path | None) -> dict[str, str]:
+def job_environment(attempt: Attempt, cache_directory: Path | None,
+                    rank: Rank | None = None, user: str | None = None) -> dict[str, str]:
+    """What the command sees: a few harmless variables, the job's own, then what Quotaweb
+    sets (which the job cannot override): ids, its instances and devices, the distributed
+    training conventions and the warm-pool cache directory."""
     job = attempt.job
     environment = {name: os.environ[name] for name in PASSED_THROUGH if name in os.environ}
-    environment.setdefault("PATH", os.defpath)
+    environment["PATH"] = JOB_PATH
+    if user is not None:
+        home = run_directory(attempt)
+        environment.update({"USER": user, "LOGNAME": user, "HOME": str(home)})
     environment.update({str(k): str(v) for k, v in (job.environment or {}).items()})
     environment.update({
         "QUOTAWEB_JOB_ID": str(job.pk),
         "QUOTAWEB_ATTEMPT": str(attempt.number),
         "QUOTAWEB_INSTANCE_COUNT": str(job.instance_count),
     })
+    environment.update(placement_environment(attempt, rank))
     if cache_directory is not None:
         environment.update(dict.fromkeys(CACHE_VARIABLES, str(cache_directory)))
     return environment
 
 
+def placement_environment(attempt: Attempt, rank: Rank | None) -> dict[str, str]:
+    """Its instance numbers and exactly its GPUs, and the conventions distributed training
+    expects (one process per host: WORLD_SIZE hosts, this one RANK/NODE_RANK)."""
+    instances = rank.instances if rank is not None else tuple(attempt.instances or ())
+    devices = ",".join(rank.devices) if rank is not None else ""
+    host = rank.host if rank is not None else registry.machine()
+    return {
+        "QUOTAWEB_INSTANCES": ",".join(str(number) for number in instances),
+        "CUDA_VISIBLE_DEVICES": devices,
+        # "void": the NVIDIA container runtime then exposes no GPU at all.
+        "NVIDIA_VISIBLE_DEVICES": devices or "void",
+        "WORLD_SIZE": "1", "RANK": "0", "NODE_RANK": "0",
+        "MASTER_ADDR": registry.address(), "MASTER_PORT": str(master_port(attempt)),
+        "SM_HOSTS": json.dumps([host]), "SM_CURRENT_HOST": host,
+    }
+
+
+def master_port(attempt: Attempt) -> int:
+    """A port for the attempt's rendezvous, the same on every host of the attempt."""
+    return MASTER_PORT_BASE + attempt.pk % MASTER_PORT_SPAN
+
+
 class LogTail:
     """Follows a log file that a process writes, turning complete lines into LogLine rows."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, limit: int | None = None) -> None:
         self.path = path
+        self.limit = limit if limit is not None else settings.QUOTAWEB["LOG_LIMIT_BYTES"]
+        self.capped = False  # the limit was reached: what the file gains is dropped
         self.offset = 0
         self.partial = b""
         self.pending: list[str] = []  # read but not yet stored (kept when a write fails)
@@ -87,13 +127,19 @@ class LogTail:
 
     def read(self, *, final: bool = False) -> bool:
         """Move what the file gained into `pending`; False when it had nothing new."""
+        if self.capped:
+            self._drop()
+            return False
         try:
             with self.path.open("rb") as file:
                 file.seek(self.offset)
-                chunk = file.read(READ_BYTES)
+                chunk = file.read(min(READ_BYTES, self.limit - self.offset))
+                over = len(chunk) == self.limit - self.offset and bool(file.read(1))
         except FileNotFoundError:
-            chunk = b""
+            chunk, over = b"", False
         self.offset += len(chunk)
+        if over:
+            return self._cap(chunk)
         pieces = (self.partial + chunk).split(b"\n")
         self.partial = pieces.pop()
         while len(self.partial) >= MAX_LINE_BYTES:
@@ -104,6 +150,23 @@ class LogTail:
             self.partial = b""
         self.pending.extend(_text(piece) for piece in pieces)
         return bool(chunk) or bool(pieces)
+
+    def _cap(self, chunk: bytes) -> bool:
+        """The limit is reached: keep what came before it, say so in the log, and from now
+        on drop what the command writes."""
+        pieces = (self.partial + chunk).split(b"\n")
+        self.partial = b""
+        self.pending.extend(_text(piece) for piece in pieces if piece)
+        self.pending.append(LOG_LIMIT_NOTICE.format(limit=self.limit))
+        self.capped = True
+        self._drop()
+        return True
+
+    def _drop(self) -> None:
+        # The command writes in append mode, so after this its output starts again at the
+        # file's beginning: the disk holds at most what it writes between two polls.
+        with contextlib.suppress(OSError):
+            os.truncate(self.path, 0)
 
     def ship(self, attempt_id: int) -> int:
         """Store the pending lines; ignore_conflicts makes a retry after a failure that
@@ -167,8 +230,17 @@ class LocalProcess:
         return state is not None and state.si_pid != 0
 
     def signal_group(self, signum: int) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.pid, signum)
+        """Signal the command's processes.  SIGKILL goes to the whole group, the sandbox
+        included (its PID namespace then takes everything left in it down).  Any other
+        signal goes to the command's processes only: bwrap does not pass signals on, and
+        one that killed it would kill the command at once, without its grace period."""
+        if signum == signal.SIGKILL:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.pid, signum)
+            return
+        for pid in sandboxed_members(self.pid):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signum)
 
     def runtime_exceeded(self) -> bool:
         return time.monotonic() - self.started > self.max_runtime_seconds
@@ -201,24 +273,56 @@ class LocalProcess:
         return Outcome.FAILED, Failure.ALGORITHM_ERROR, f"Exit code {self.exit_code}"
 
 
-def spawn(attempt: Attempt) -> LocalProcess:
-    """Start the attempt's command (the attempt is loaded with its job and warm pool)."""
+def sandboxed_members(group: int) -> list[int]:
+    """The live processes of a process group that are not bubblewrap itself."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            if int(fields[2]) != group or fields[0] == "Z":
+                continue
+            if os.path.basename(os.readlink(entry / "exe")) == "bwrap":
+                continue
+        except (OSError, IndexError, ValueError):
+            continue
+        members.append(int(entry.name))
+    return members
+
+
+def spawn(attempt: Attempt, sandbox: Sandbox, rank: Rank | None = None) -> LocalProcess:
+    """Start the attempt's command in the sandbox (the attempt is loaded with its job and
+    warm pool).  Its output goes to a log file that only the executor can see."""
     job = attempt.job
     log_path = Path(attempt.log_path) if attempt.log_path else attempt_log_path(attempt)
-    log_path.parent.mkdir(parents=True, exist_ok=True)
+    private_directory(log_path.parent)
     cache_directory = attempt_cache_directory(attempt)
-    if cache_directory is not None:
-        cache_directory.mkdir(parents=True, exist_ok=True)
     cwd = run_directory(attempt)
-    cwd.mkdir(parents=True, exist_ok=True)
-    with log_path.open("wb") as output:
+    for parent in {cwd.parent.parent, *([cache_directory.parent] if cache_directory else [])}:
+        private_directory(parent)
+    sandbox.prepare([cwd, cache_directory])
+    argv = sandbox.argv(job.command, run_dir=cwd, cache_dir=cache_directory,
+                        devices=rank.devices if rank else (), hostname=registry.machine())
+    # Append mode: the supervisor may empty the file once the log limit is reached, and
+    # the command's writes then start again at its beginning.
+    with log_path.open("ab") as output:
         popen = subprocess.Popen(
-            [SHELL, "-c", job.command], stdin=subprocess.DEVNULL, stdout=output,
-            stderr=subprocess.STDOUT, cwd=cwd, env=job_environment(attempt, cache_directory),
-            start_new_session=True, close_fds=True,
+            argv, stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT, cwd=cwd,
+            env=job_environment(attempt, cache_directory, rank, sandbox.user.name),
+            start_new_session=True, close_fds=True, umask=SANDBOX_UMASK,
         )
     return LocalProcess(attempt.pk, popen, LogTail(log_path), job.max_runtime_seconds,
                         cache_directory)
+
+
+def private_directory(path: Path) -> None:
+    """A directory of the executor's that jobs must not list: the sandbox shows a job
+    only its own run and cache directories, and this keeps the rest closed even to a
+    process that got out of it."""
+    path.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(PermissionError):
+        path.chmod(0o700)
 
 
 def start_attempt(attempt_id: int) -> bool:
@@ -234,11 +338,19 @@ def start_attempt(attempt_id: int) -> bool:
         )
     supervisor = get_supervisor()
     supervisor.start()  # reconciles this host's attempts before any new one starts
+    try:
+        sandbox = isolation()
+    except IsolationUnavailable as error:
+        _refuse_once(attempt_id, str(error))
+        return False
+    rank = _our_rank(attempt_id)
+    if rank is None:
+        return False
     attempt = _claim(attempt_id, supervisor.host_name)
     if attempt is None:
         return False
     try:
-        process = spawn(attempt)
+        process = spawn(attempt, sandbox, rank)
     except (OSError, ValueError) as error:
         _fail_to_start(attempt, f"Could not start the command: {error}")
         return False
@@ -253,6 +365,35 @@ def start_attempt(attempt_id: int) -> bool:
     if not marked:
         log.info("attempt %s was stopped while it started; the supervisor stops it", attempt_id)
     return True
+
+
+_refused: set[int] = set()
+
+
+def _refuse_once(attempt_id: int, reason: str) -> None:
+    if attempt_id not in _refused:
+        _refused.add(attempt_id)
+        log.error("attempt %s not started here: %s", attempt_id, reason)
+
+
+def _our_rank(attempt_id: int) -> Rank | None:
+    """What this host runs of the attempt: its rank when all the attempt's instances are
+    declared by this host, or when none is declared by any and this host runs unlisted
+    instances ('*'); None when the attempt is another host's (it is never started here).
+    An attempt that spans hosts fails: one process per host is not supported yet."""
+    attempt = Attempt.objects.select_related("job").filter(pk=attempt_id).first()
+    if attempt is None:
+        return None
+    where = registry.placement_of(attempt)
+    here = registry.machine()
+    if len(where.ranks) > 1 or (where.ranks and where.unhosted):
+        _fail_to_start(attempt, SPANS_HOSTS.format(hosts=", ".join(where.hosts) or "none"))
+        return None
+    if where.ranks:
+        return where.ranks[0] if where.ranks[0].host == here else None
+    if not registry.declaration().hosts_unlisted:
+        return None
+    return Rank(here, tuple(where.unhosted), ())
 
 
 def _claim(attempt_id: int, host: str) -> Attempt | None:

@@ -45,8 +45,10 @@ from ..models import Attempt, WarmPool
 from ..models.warm_pools import PoolStatus
 from ..scheduling import events
 from ..scheduling.attempts import AttemptAlreadyEnded, finish_attempt
+from . import registry
 from .local import LocalProcess
 from .paths import attempt_cache_directory, work_dir
+from .sandbox import isolation_problem
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +103,7 @@ class Supervisor:
         self._processes: dict[int, LocalProcess] = {}
         self._identity: HostIdentity | None = None
         self._thread: threading.Thread | None = None
+        self._heartbeat: threading.Thread | None = None
         self._stopping = threading.Event()
 
     @property
@@ -127,6 +130,7 @@ class Supervisor:
                 return
             self._identity = self._identity or claim_identity(work_dir())
             try:
+                registry.register_host(timezone.now(), isolation_problem())
                 reconcile(self._identity.name)
             except Exception:
                 self._identity.release()
@@ -136,18 +140,25 @@ class Supervisor:
             self._thread = threading.Thread(target=self._run, name="quotaweb-supervisor",
                                             daemon=True)
             self._thread.start()
+            # Heartbeats on a thread of their own: however long a poll takes (a chatty
+            # job's log), the attempts' leases and the host's are renewed on time.
+            self._heartbeat = threading.Thread(target=self._beat, name="quotaweb-heartbeat",
+                                               daemon=True)
+            self._heartbeat.start()
             log.info("supervisor %s started", self._identity.name)
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop polling, kill the processes still running (their attempts end as platform
         errors, retried by the rules) and give up the host name."""
         with self._lock:
-            thread, self._thread = self._thread, None
+            threads = [self._thread, self._heartbeat]
+            self._thread = self._heartbeat = None
             self._stopping.set()
-        if thread is not None:
-            thread.join(timeout)
-            if thread.is_alive():
-                log.warning("supervisor thread did not stop within %.0f s", timeout)
+        for thread in threads:
+            if thread is not None:
+                thread.join(timeout)
+                if thread.is_alive():
+                    log.warning("%s thread did not stop within %.0f s", thread.name, timeout)
         with self._lock:
             processes, self._processes = list(self._processes.values()), {}
             for process in processes:
@@ -159,6 +170,28 @@ class Supervisor:
             if self._identity is not None:
                 self._identity.release()
                 self._identity = None
+
+    def _beat(self) -> None:
+        stopping = self._stopping
+        try:
+            while not stopping.wait(self.interval):
+                try:
+                    close_old_connections()
+                    self.heartbeat_once()
+                except Exception:
+                    log.exception("heartbeat failed; trying again")
+                    connection.close()
+        finally:
+            connection.close()
+
+    def heartbeat_once(self) -> None:
+        """Renew the lease of every attempt this supervisor runs, and its host's."""
+        now = timezone.now()
+        with self._lock:
+            alive = list(self._processes)
+        if alive:
+            Attempt.objects.filter(pk__in=alive, outcome__isnull=True).update(heartbeat_at=now)
+        registry.heartbeat_host(now)
 
     def adopt(self, process: LocalProcess) -> None:
         with self._lock:
@@ -196,9 +229,6 @@ class Supervisor:
             if ended:
                 with self._lock:
                     self._processes.pop(process.attempt_id, None)
-        with self._lock:
-            alive = list(self._processes)
-        Attempt.objects.filter(pk__in=alive, outcome__isnull=True).update(heartbeat_at=now)
 
 
 def _poll(process: LocalProcess, row: dict[str, Any] | None, now: datetime) -> bool:

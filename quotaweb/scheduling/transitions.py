@@ -30,6 +30,7 @@ def advance(now: datetime) -> list[int]:
         _run_simulated(now)
         _finish_simulated(now)
         _expire_leases(now)
+        _expire_unclaimed(now)
         return list(
             Attempt.objects.filter(
                 outcome__isnull=True, job__status=JobStatus.STARTING,
@@ -110,5 +111,26 @@ def _expire_leases(now: datetime) -> None:
         try:
             finish_attempt(attempt, Outcome.FAILED, now, failure=Failure.PLATFORM_ERROR,
                            reason=LOST_HEARTBEAT)
+        except AttemptAlreadyEnded:
+            continue
+
+
+def _expire_unclaimed(now: datetime) -> None:
+    """A command attempt that no executor started within CLAIM_TIMEOUT_SECONDS of being
+    due (no host declares its instances, the host is gone, or cannot isolate commands)
+    fails as a platform error with the reason, instead of holding its capacity forever."""
+    from ..executors.registry import why_unclaimed
+
+    timeout = timedelta(seconds=settings.QUOTAWEB["CLAIM_TIMEOUT_SECONDS"])
+    stuck = Attempt.objects.select_related("job__quota_share", "warm_pool").filter(
+        outcome__isnull=True, job__status=JobStatus.STARTING, job__executor=Executor.LOCAL,
+        pid__isnull=True, running_at__lt=now - timeout,
+    )
+    for attempt in stuck:
+        seconds = int(timeout.total_seconds())
+        reason = f"No executor started it within {seconds} s: {why_unclaimed(attempt, now)}"
+        try:
+            finish_attempt(attempt, Outcome.FAILED, now, failure=Failure.PLATFORM_ERROR,
+                           reason=reason)
         except AttemptAlreadyEnded:
             continue

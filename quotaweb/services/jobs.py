@@ -46,6 +46,19 @@ DEFAULT_TERMINATE_REASON = "Terminated by user"
 # Submitting ----------------------------------------------------------------------------
 
 
+def refuse_unisolated_commands() -> None:
+    """Where this process runs commands itself (the embedded mode), a command job is
+    refused up front when they cannot be isolated here, rather than queued to fail: a
+    command never runs unisolated (docs/executors.md, Isolation)."""
+    from ..executors.sandbox import isolation_problem
+
+    if settings.REDIS_URL or not settings.QUOTAWEB["LOCAL_EXECUTOR"]:
+        return  # executor workers elsewhere; one that cannot isolate never claims it
+    problem = isolation_problem()
+    if problem is not None:
+        raise Conflict("COMMAND_JOBS_DISABLED", f"Command jobs are off on this server. {problem}")
+
+
 def submit_job(user: User | None, **fields: Any) -> tuple[Job, bool]:
     """Submit a job for `user` (None: the system, no permission check and no client_token).
 
@@ -66,6 +79,8 @@ def submit_job(user: User | None, **fields: Any) -> tuple[Job, bool]:
             raise Forbidden(f"Only members of quota share {share.name} and administrators "
                             "may submit jobs to it.")
         cleaned = validate_submission(fields, share)
+        if cleaned.get("command"):
+            refuse_unisolated_commands()
         # Taken only now, to keep the section that submissions pass one at a time short:
         # the checks above need no lock.  The share's state is read again under it, as a
         # share disabled meanwhile (under the same lock) accepts nothing more.

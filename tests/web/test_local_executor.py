@@ -17,7 +17,7 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
-from quotaweb.executors.local import start_attempt
+from quotaweb.executors.local import run_directory, start_attempt
 from quotaweb.executors.supervisor import (
     EXECUTOR_RESTARTED,
     EXECUTOR_STOPPED,
@@ -267,7 +267,7 @@ def test_machine_of_a_host_name() -> None:
 
 
 TRAPS_TERM = """
-trap 'echo terminated > "$MARK"; exit 143' TERM
+trap 'echo terminated > "$HOME/marker"; exit 143' TERM
 (trap '' TERM; exec sleep 1000) &
 echo started
 while true; do sleep 0.1; done
@@ -275,13 +275,13 @@ while true; do sleep 0.1; done
 
 
 def test_terminating_a_running_job_sends_sigterm_and_ends_its_process_group(
-    supervisor: Supervisor, tmp_path: Path,
+    supervisor: Supervisor,
 ) -> None:
-    marker = tmp_path / "marker"
-    job = submit(make_share(), TRAPS_TERM, environment={"MARK": str(marker)},
-                 keep_alive_seconds=600)
+    job = submit(make_share(), TRAPS_TERM, keep_alive_seconds=600)
     wait_for(lambda: running(job) and lines(only_attempt(job)) == ["started"], "it to run")
     attempt = only_attempt(job)
+    # The sandbox shows a job only its own directories: HOME is its run directory.
+    marker = run_directory(attempt) / "marker"
     wait_for(lambda: Attempt.objects.get(pk=attempt.pk).heartbeat_at > attempt.started_at,
              "a heartbeat", drive=False)
     assert attempt.pid and group_members(attempt.pid)
@@ -302,19 +302,19 @@ def test_terminating_a_running_job_sends_sigterm_and_ends_its_process_group(
 IGNORES_TERM = """
 trap '' TERM
 echo started
-while true; do date +%s.%N >> "$BEATS"; sleep 0.2; done
+while true; do date +%s.%N >> "$HOME/beats"; sleep 0.2; done
 """
 
 
 def test_a_preempted_job_that_ignores_sigterm_is_killed_at_the_grace_deadline(
-    supervisor: Supervisor, tmp_path: Path,
+    supervisor: Supervisor,
 ) -> None:
     share = make_share(capacity=1, preemption=True)
-    beats = tmp_path / "beats"
     victim = submit(share, IGNORES_TERM, priority=1, name="victim",
-                    preemption_retries_before_termination=0, environment={"BEATS": str(beats)})
+                    preemption_retries_before_termination=0)
     wait_for(lambda: running(victim) and lines(only_attempt(victim)) == ["started"],
              "the victim to run")
+    beats = run_directory(only_attempt(victim)) / "beats"
     preemptor = submit(share, "echo preemptor", priority=5, name="preemptor")
     wait_for(lambda: ended(preemptor), "the preemptor to end")
     wait_for(lambda: only_attempt(victim).exit_code is not None, "the victim's exit code",

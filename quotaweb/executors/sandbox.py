@@ -1,0 +1,222 @@
+"""How a job's command is kept away from the executor that starts it and from other jobs
+(docs/executors.md, Isolation).
+
+A member's command is arbitrary code.  It must not run with the server's identity, read
+the server's data directory (database file, secret key, demo passwords), another job's run
+or cache directory, or the worker's environment (DATABASE_URL, SECRET_KEY).  Rather than
+filter any of that by hand, the command runs inside a bubblewrap sandbox as an unprivileged
+OS user:
+
+- **Namespaces** (bwrap): its own mount namespace, in which only the
+  system's read-only directories (/usr, /etc and the /bin, /lib links), a fresh /proc, a
+  minimal /dev (plus the job's own GPU device nodes), an empty /tmp and the attempt's run
+  and cache directories exist; its own PID namespace, so no process of the server or of
+  another job is visible (nor its /proc/<pid>/environ); no network unless the operator
+  gives it (QUOTAWEB_JOB_NETWORK=host, which multi-host training needs).
+- **Identity**: bwrap runs as root, sets the namespaces up, then `setpriv` switches to the
+  job user (QUOTAWEB_JOB_USER, default `quotaweb-job`) with no supplementary groups, no
+  capabilities (bounding set emptied) and no-new-privileges, so nothing in the sandbox can
+  get root back.
+- **Environment**: bwrap itself is started with the job's environment only, so even the
+  sandbox's PID 1 holds nothing of the worker's.
+
+Isolation needs root (to set namespaces up and switch user), bubblewrap and the job user.
+Where any of these is missing, `isolation()` raises IsolationUnavailable with what to do,
+and command jobs are refused: they never run unisolated.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import pwd
+import shutil
+import subprocess
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from django.conf import settings
+
+SHELL = "/bin/sh"
+# bwrap creates the mount points' parent directories with the caller's umask: they must
+# stay traversable for the job user once it has switched.
+SANDBOX_UMASK = 0o022
+# Top-level names that are links into /usr on merged-/usr systems (Debian, Fedora...), or
+# directories on older ones; either way the sandbox gets them read-only.
+SYSTEM_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+READ_ONLY = ("/usr", "/etc")
+SWITCH_USER_CAPABILITIES = ("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_DAC_READ_SEARCH")
+# NVIDIA's control nodes: a CUDA process needs them beside its own /dev/nvidiaN.
+NVIDIA_CONTROL = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools",
+                  "/dev/nvidia-modeset")
+HOW_TO_ENABLE = (
+    "Command jobs run only in a sandbox: install bubblewrap (Debian: apt-get install "
+    "bubblewrap), create the job user (useradd --system --no-create-home quotaweb-job, or "
+    "name another with QUOTAWEB_JOB_USER) and run the executor as root; in a container, "
+    "give it CAP_SYS_ADMIN with seccomp and AppArmor unconfined (see docker-compose.yml)."
+)
+
+
+class IsolationUnavailable(Exception):
+    """Commands cannot be isolated in this process; the message says why and how to fix it."""
+
+
+@dataclass(frozen=True)
+class JobUser:
+    name: str
+    uid: int
+    gid: int
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    """The way this process runs commands: bubblewrap, then setpriv to the job user."""
+
+    bwrap: str
+    setpriv: str
+    user: JobUser
+    share_network: bool
+
+    def argv(self, command: str, *, run_dir: Path, cache_dir: Path | None,
+             devices: Sequence[str] = (), hostname: str = "job") -> list[str]:
+        """The argument vector that runs `command` with `sh -c` in the sandbox, in
+        `run_dir`, seeing `cache_dir` (read-write) and the GPU devices named."""
+        # Every namespace but the user namespace: in one, only root would be mapped and
+        # setpriv could not become the job user.
+        args = [self.bwrap, "--die-with-parent", "--unshare-ipc", "--unshare-pid",
+                "--unshare-uts", "--unshare-cgroup-try", "--hostname", hostname]
+        if not self.share_network:
+            args.append("--unshare-net")
+        for directory in READ_ONLY:
+            args += ["--ro-bind", directory, directory]
+        args += _system_links()
+        args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--dir", "/var/tmp"]
+        args += _device_binds(devices)
+        bound = [directory for directory in (run_dir, cache_dir) if directory is not None]
+        args += _traversable_parents(bound)
+        for directory in bound:
+            args += ["--bind", str(directory), str(directory)]
+        # bwrap run by root gives the sandbox no capability by default; these let it enter
+        # the job user's directory and setpriv switch to that user, which drops them all.
+        for capability in SWITCH_USER_CAPABILITIES:
+            args += ["--cap-add", capability]
+        args += ["--chdir", str(run_dir), "--"]
+        args += [self.setpriv, f"--reuid={self.user.uid}", f"--regid={self.user.gid}",
+                 "--clear-groups", "--no-new-privs", "--inh-caps=-all",
+                 "--bounding-set=-all", "--", SHELL, "-c", command]
+        return args
+
+    def prepare(self, directories: Iterable[Path | None]) -> None:
+        """Make the attempt's own directories the job user's, and no one else's."""
+        for directory in directories:
+            if directory is None:
+                continue
+            directory.mkdir(parents=True, exist_ok=True)
+            os.chown(directory, self.user.uid, self.user.gid)
+            directory.chmod(0o700)
+
+
+def _system_links() -> list[str]:
+    args: list[str] = []
+    for name in SYSTEM_LINKS:
+        path = Path("/") / name
+        if path.is_symlink():
+            args += ["--symlink", os.readlink(path), str(path)]
+        elif path.is_dir():
+            args += ["--ro-bind", str(path), str(path)]
+    return args
+
+
+def _traversable_parents(directories: Sequence[Path]) -> list[str]:
+    """Create the bound directories' parents in the sandbox, empty and traversable by the
+    job user (bwrap would make them 0700 root), so that the job can reach its cache
+    directory by the path it is given."""
+    parents = sorted({parent for directory in directories for parent in directory.parents
+                      if parent != Path("/")}, key=lambda path: len(path.parts))
+    args: list[str] = []
+    for parent in parents:
+        args += ["--perms", "0755", "--dir", str(parent)]
+    return args
+
+
+def device_nodes(devices: Sequence[str]) -> list[str]:
+    """The /dev nodes of these GPU indices that exist on this host, with NVIDIA's control
+    nodes when there is any: only the job's own GPUs are reachable from its sandbox."""
+    nodes = [f"/dev/nvidia{index}" for index in devices if os.path.exists(f"/dev/nvidia{index}")]
+    if nodes:
+        nodes += [node for node in NVIDIA_CONTROL if os.path.exists(node)]
+    return nodes
+
+
+def _device_binds(devices: Sequence[str]) -> list[str]:
+    args: list[str] = []
+    for node in device_nodes(devices):
+        args += ["--dev-bind", node, node]
+    return args
+
+
+def job_user() -> JobUser:
+    name = str(settings.QUOTAWEB.get("JOB_USER") or "quotaweb-job")
+    try:
+        entry = pwd.getpwnam(name)
+    except KeyError:
+        raise IsolationUnavailable(f"The job user {name!r} does not exist. {HOW_TO_ENABLE}") \
+            from None
+    if entry.pw_uid == 0 or entry.pw_uid == os.getuid():
+        raise IsolationUnavailable(
+            f"The job user {name!r} has uid {entry.pw_uid}, the server's own or root's: "
+            "give jobs a user of their own.")
+    return JobUser(name, entry.pw_uid, entry.pw_gid)
+
+
+def _sandbox() -> Sandbox:
+    if os.geteuid() != 0:
+        raise IsolationUnavailable(
+            "This executor does not run as root, so it cannot switch a command to the job "
+            f"user. {HOW_TO_ENABLE}")
+    bwrap, setpriv = shutil.which("bwrap"), shutil.which("setpriv")
+    if bwrap is None or setpriv is None:
+        missing = "bubblewrap (bwrap)" if bwrap is None else "util-linux (setpriv)"
+        raise IsolationUnavailable(f"{missing} is not installed. {HOW_TO_ENABLE}")
+    network = str(settings.QUOTAWEB.get("JOB_NETWORK") or "none")
+    return Sandbox(bwrap, setpriv, job_user(), share_network=network == "host")
+
+
+@functools.lru_cache(maxsize=1)
+def _probe(sandbox: Sandbox) -> str | None:
+    """Run `id -u` in the sandbox once: None when it works, else what went wrong."""
+    scratch = Path(settings.QUOTAWEB["WORK_DIR"]) / "sandbox-probe"
+    sandbox.prepare([scratch])
+    try:
+        done = subprocess.run(sandbox.argv("id -u", run_dir=scratch, cache_dir=None),
+                              capture_output=True, env={"PATH": "/usr/bin:/bin"},
+                              timeout=20, check=False, umask=SANDBOX_UMASK)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"the sandbox could not start: {error}"
+    if done.returncode != 0:
+        detail = done.stderr.decode(errors="replace").strip()[:300]
+        return f"the sandbox failed ({detail or f'exit {done.returncode}'})"
+    if done.stdout.strip() != str(sandbox.user.uid).encode():
+        return "the sandboxed command did not run as the job user"
+    return None
+
+
+def isolation() -> Sandbox:
+    """This process's sandbox, checked by running a command in it once (cached).  Raises
+    IsolationUnavailable saying why and how to enable it."""
+    sandbox = _sandbox()
+    problem = _probe(sandbox)
+    if problem is not None:
+        raise IsolationUnavailable(f"Commands cannot be isolated here: {problem}. "
+                                   f"{HOW_TO_ENABLE}")
+    return sandbox
+
+
+def isolation_problem() -> str | None:
+    """None when this process can run commands isolated, else the reason it cannot."""
+    try:
+        isolation()
+    except IsolationUnavailable as error:
+        return str(error)
+    return None
