@@ -22,7 +22,7 @@ class EventsConsumer(AsyncJsonWebsocketConsumer):
         await self.channel_layer.group_add(GROUP, self.channel_name)
         await self.accept()
         after = _after_parameter(self.scope.get("query_string", b""))
-        for message in await database_sync_to_async(feed.on_connect)(after):
+        for message in await database_sync_to_async(feed.on_connect)(after, user):
             await self.send_json(message)
 
     async def disconnect(self, code: int) -> None:

@@ -19,6 +19,7 @@ from django.db import connection, transaction
 from django.db.models import Max, Min
 
 from ..models import Event
+from ..services import permissions
 from . import serializers
 
 MAX_REPLAY = 10_000
@@ -28,8 +29,9 @@ PART_ROWS = 1_000
 Message = dict[str, Any]
 
 
-def on_connect(after: int | None) -> list[Message]:
-    """The messages to send on connect, in order: the missed events, or a snapshot.
+def on_connect(after: int | None, viewer: Any = None) -> list[Message]:
+    """The messages to send on connect, in order: the missed events, or a snapshot as
+    `viewer` may see it (no viewer: secrets of no share).
 
     A fixed number of queries, whatever the number of rows.
     """
@@ -39,7 +41,7 @@ def on_connect(after: int | None) -> list[Message]:
             missed = list(serializers.event_rows().filter(id__gt=after)[: MAX_REPLAY + 1])
             if len(missed) <= MAX_REPLAY:
                 return [event_message(event) for event in missed]
-        return snapshot(bounds["last"] or 0)
+        return snapshot(bounds["last"] or 0, permissions.share_ids_with_secrets(viewer))
 
 
 def _in_log(after: int, first: int | None, last: int | None) -> bool:
@@ -50,17 +52,21 @@ def _in_log(after: int, first: int | None, last: int | None) -> bool:
     return first - 1 <= after <= last
 
 
-def snapshot(last_event_id: int) -> list[Message]:
+def snapshot(last_event_id: int, secret_shares: frozenset[int] | None = frozenset()
+             ) -> list[Message]:
     """The current state, reflecting at least every event up to `last_event_id`: the
     latest usage, the active jobs (those holding capacity) and the live warm pools.
 
     A websocket message must stay under the server's size limit (Daphne's 1 MiB), and a
     large fleet runs thousands of jobs at once, so the state is sent in parts of at most
     PART_ROWS jobs and PART_ROWS pools, numbered `part` 1..`parts`; together they are the
-    snapshot, and the usage comes in the first."""
+    snapshot, and the usage comes in the first.  A pool's cache directory is shown only
+    for the shares in `secret_shares` (None: all)."""
     usage = [serializers.usage_dict(s) for s in serializers.latest_usage_rows()]
     jobs = [serializers.job_summary_dict(j) for j in serializers.active_job_rows()]
-    pools = [serializers.warm_pool_dict(p) for p in serializers.live_pool_rows()]
+    pools = [serializers.warm_pool_dict(p, reveal_cache=secret_shares is None
+                                        or p.quota_share_id in secret_shares)
+             for p in serializers.live_pool_rows()]
     parts = max(1, -(-len(jobs) // PART_ROWS), -(-len(pools) // PART_ROWS))
     return [
         {

@@ -152,7 +152,9 @@ def live_pool_rows() -> QuerySet[WarmPool]:
     )
 
 
-def warm_pool_dict(pool: WarmPool) -> dict[str, Any]:
+def warm_pool_dict(pool: WarmPool, *, reveal_cache: bool = False) -> dict[str, Any]:
+    """A live pool; its cache directory, an absolute path on its host, only for the
+    share's members and administrators (`reveal_cache`), else null."""
     segment = _segment(pool.owner)
     return {
         "id": pool.id,
@@ -166,7 +168,7 @@ def warm_pool_dict(pool: WarmPool) -> dict[str, Any]:
         "expires_at": iso(pool.expires_at),
         "created_at": iso(pool.created_at),
         "retained_billable_seconds": segment.retained_billable_seconds if segment else 0,
-        "cache_directory": pool.cache_directory,
+        "cache_directory": pool.cache_directory if reveal_cache else None,
     }
 
 

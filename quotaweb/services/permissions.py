@@ -44,3 +44,13 @@ def can_manage_configuration(user: Any) -> bool:
 def can_see_job_secrets(user: Any, job: Job) -> bool:
     """A job's command, environment and logs: administrators and its share's members."""
     return can_write_share(user, job.quota_share)
+
+
+def share_ids_with_secrets(user: Any) -> frozenset[int] | None:
+    """The shares whose secrets `user` sees (a job's command, environment and logs, a warm
+    pool's cache directory): None means every share (administrators); one query."""
+    if is_admin(user):
+        return None
+    if not can_read(user):
+        return frozenset()
+    return frozenset(user.quota_shares.values_list("id", flat=True))

@@ -49,7 +49,7 @@ def in_use_pool(share: str) -> WarmPool:
 
 def test_warm_pools_are_listed_with_their_cache_directory_and_billing(api: ApiFor) -> None:
     available = available_pool(job("QS1", name="left"), since_seconds_ago=20, keep_alive=300)
-    status, body = api("other").get("/api/v1/warm-pools")
+    status, body = api("member").get("/api/v1/warm-pools")  # a member of QS1
     assert status == 200 and body["next_cursor"] is None
     [pool] = body["warm_pools"]
     assert set(pool) == POOL_FIELDS
@@ -185,3 +185,32 @@ def test_a_refused_submission_answers_with_its_error_and_writes_no_event(
 @pytest.mark.parametrize("params", [{"limit": 501}, {"limit": 0}, {"after": "x"}])
 def test_bad_event_parameters_are_422(api: ApiFor, params: dict[str, Any]) -> None:
     assert_error(*api("other").get("/api/v1/events", **params), 422)
+
+
+# Cache directories are for members (issue 11, item 8) ----------------------------------
+
+
+@pytest.mark.parametrize(("role", "sees"), [
+    ("admin", True), ("member", True), ("qs2_member", False), ("other", False),
+])
+def test_a_pools_cache_directory_is_shown_to_its_members_and_administrators_only(
+        api: ApiFor, role: str, sees: bool) -> None:
+    pool = available_pool(job("QS1"))
+    status, body = api(role).get("/api/v1/warm-pools")
+    assert status == 200
+    [listed] = [p for p in body["warm_pools"] if p["id"] == pool.id]
+    assert listed["cache_directory"] == ("/tmp/cache-x" if sees else None)
+    assert "/tmp/cache-x" in str(body) if sees else "/tmp/cache-x" not in str(body)
+
+
+def test_the_websocket_snapshot_shows_a_cache_directory_to_members_only(
+        world: World) -> None:
+    from quotaweb.realtime import feed
+
+    pool = available_pool(job("QS1"))
+    for role, sees in (("admin", True), ("member", True), ("qs2_member", False),
+                       ("other", False), (None, False)):
+        viewer = world.users[role] if role else None
+        [snapshot] = feed.on_connect(None, viewer)
+        [shown] = [p for p in snapshot["warm_pools"] if p["id"] == pool.id]
+        assert shown["cache_directory"] == ("/tmp/cache-x" if sees else None), role

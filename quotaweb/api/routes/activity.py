@@ -13,6 +13,8 @@ from pydantic import Field
 from ...models import WarmPool
 from ...models.warm_pools import WarmPoolSegment
 from ...realtime.serializers import event_rows, usage_dict, usage_rows
+from ...services.permissions import share_ids_with_secrets
+from ..auth import current_user
 from ..errors import READ_ERRORS, error_responses
 from ..job_representation import billable_seconds
 from ..pagination import decode_cursor, encode_cursor
@@ -67,11 +69,15 @@ def list_warm_pools(request: HttpRequest, filters: Query[PoolFilters]) -> dict[s
     more = len(page) > filters.limit
     page = page[: filters.limit]
     now = timezone.now()
-    return {"warm_pools": [pool_dict(pool, now) for pool in page],
+    secret_shares = share_ids_with_secrets(current_user(request))
+    return {"warm_pools": [pool_dict(pool, now, secret_shares) for pool in page],
             "next_cursor": encode_cursor(page[-1].id) if more else None}
 
 
-def pool_dict(pool: WarmPool, now: datetime) -> dict[str, Any]:
+def pool_dict(pool: WarmPool, now: datetime,
+              secret_shares: frozenset[int] | None = frozenset()) -> dict[str, Any]:
+    """A pool as listed; its cache directory (an absolute path on its host) only for the
+    shares in `secret_shares` (None: all), else null."""
     try:
         segment: WarmPoolSegment | None = pool.owner.warm_pool_segment
     except WarmPoolSegment.DoesNotExist:
@@ -88,7 +94,8 @@ def pool_dict(pool: WarmPool, now: datetime) -> dict[str, Any]:
         "expires_at": pool.expires_at,
         "created_at": pool.created_at,
         "retained_billable_seconds": billable_seconds(segment, now) if segment else 0.0,
-        "cache_directory": pool.cache_directory,
+        "cache_directory": pool.cache_directory
+        if secret_shares is None or pool.quota_share_id in secret_shares else None,
         "termination_reason": pool.termination_reason,
     }
 

@@ -23,7 +23,9 @@ class WarmPoolOut(Schema):
     expires_at: UtcTime | None
     created_at: UtcTime
     retained_billable_seconds: float
-    cache_directory: str
+    cache_directory: str | None = Field(
+        description="The pool's cache directory on its host: for the share's members and "
+                    "administrators; null for everyone else.")
     termination_reason: str | None
 
 
