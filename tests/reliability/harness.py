@@ -280,7 +280,7 @@ class System:
         return self.services.start(name, celery(
             "worker", "-Q", "executor", "-n", f"{name}-{os.getpid()}@%h", "--concurrency", "2",
             "--without-mingle", "--without-gossip", "--loglevel", "INFO"),
-            QUOTAWEB_LOCAL_EXECUTOR="1")
+            QUOTAWEB_LOCAL_EXECUTOR="1", QUOTAWEB_INSTANCES="*")
 
     def start_beat(self, name: str = "beat") -> Service:
         return self.services.start(name, celery(

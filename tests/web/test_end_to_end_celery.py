@@ -80,6 +80,11 @@ elif action == "submit":
     user = User.objects.get(username=arguments.pop("user"))
     job, created = submit_job(user, **arguments)
     result = {"id": job.pk, "created": created}
+elif action == "terminate":
+    from quotaweb.models import Job
+    from quotaweb.services.jobs import terminate_job
+    terminate_job(Job.objects.get(pk=arguments["id"]), arguments["reason"])
+    result = {"terminated": arguments["id"]}
 else:
     raise SystemExit(f"unknown action {action}")
 print("E2E-RESULT " + json.dumps(result))
@@ -87,9 +92,10 @@ print("E2E-RESULT " + json.dumps(result))
 RESULT_MARK = "E2E-RESULT "
 
 # A job that runs until it is stopped; on SIGTERM its trap writes "got-term" to the file
-# named by E2E_TERM_MARKER and exits 143, as a job that checkpoints on SIGTERM would.
+# term-marker in its HOME (its run directory) and exits 143, as a job that checkpoints on
+# SIGTERM would.
 TRAPPING_COMMAND = (
-    "trap 'echo got-term > \"$E2E_TERM_MARKER\"; exit 143' TERM; "
+    "trap 'echo got-term > \"$HOME/term-marker\"; exit 143' TERM; "
     "while true; do sleep 0.2; done"
 )
 
@@ -354,7 +360,7 @@ def _cluster(broker: redis.Redis, tmp_path: Path) -> Iterator[Cluster]:
                                          "--concurrency", "1", *info))
         services.start("executor", _celery("worker", "-Q", "executor", "-n",
                                            f"executor-{tag}@{host}", "--concurrency", "2", *info),
-                       QUOTAWEB_LOCAL_EXECUTOR="1")
+                       QUOTAWEB_LOCAL_EXECUTOR="1", QUOTAWEB_INSTANCES="*")
         services.start("beat", _celery("beat", "--schedule", str(tmp_path / "celerybeat-schedule"),
                                         "--pidfile", str(tmp_path / "celerybeat.pid"), *info))
         ours = {f"ticker-{tag}@{host}", f"executor-{tag}@{host}"}
@@ -464,17 +470,12 @@ def _a_reclaimed_borrower_gets_sigterm_and_its_process_ends(cluster: Cluster) ->
     gets SIGTERM (its trap writes a marker and exits 143) and is gone after the grace; the
     QS1 job runs after the grace."""
     state = cluster.state
-    markers = cluster.tmp / "markers"
-    markers.mkdir()
-
-    own = cluster.submit("bob", name="qs2-own", quota_share="QS2", command=TRAPPING_COMMAND,
-                         environment={"E2E_TERM_MARKER": str(markers / "qs2-own")})
+    own = cluster.submit("bob", name="qs2-own", quota_share="QS2", command=TRAPPING_COMMAND)
     _wait_running_process(cluster, own)
     # Submitted once the first runs, so the borrower is the most recently started job of
     # QS2: the one a reclaim takes first (SPEC.md 5, step 3).
     borrower = cluster.submit("bob", name="qs2-borrower", quota_share="QS2",
-                              command=TRAPPING_COMMAND,
-                              environment={"E2E_TERM_MARKER": str(markers / "qs2-borrower")})
+                              command=TRAPPING_COMMAND)
     victim = _wait_running_process(cluster, borrower)
     [dispatched] = state.events("DISPATCHED", borrower)
     assert dispatched["details"]["borrowed_instances"] == 1, dispatched
@@ -492,7 +493,8 @@ def _a_reclaimed_borrower_gets_sigterm_and_its_process_ends(cluster: Cluster) ->
     assert stopped["outcome"] == "PREEMPTED" and stopped["kind"] == "CROSS_SHARE", stopped
     assert stopped["preempted_by_id"] == reclaimer, stopped
     assert stopped["exit_code"] == 143, f"the trap did not end the job: {stopped}"
-    term_marker = markers / "qs2-borrower"
+    # The sandbox shows the job only its own directories; HOME is its run directory.
+    term_marker = cluster.work_dir / "runs" / f"job-{borrower}" / "attempt-1" / "term-marker"
     assert term_marker.is_file(), "the victim's TERM trap never ran"
     assert term_marker.read_text().strip() == "got-term"
 
@@ -522,7 +524,7 @@ def _a_reclaimed_borrower_gets_sigterm_and_its_process_ends(cluster: Cluster) ->
         assert redispatch["id"] > succeeded["id"], (redispatch, succeeded)
     untouched = state.job(own)
     assert untouched["status"] == "RUNNING" and untouched["preempted_count"] == 0, untouched
-    assert not (markers / "qs2-own").exists()
+    assert not (cluster.work_dir / "runs" / f"job-{own}" / "attempt-1" / "term-marker").exists()
 
 
 def _wait_running_process(cluster: Cluster, job_id: int) -> int:
