@@ -11,8 +11,14 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     QUOTAWEB_DATA_DIR=/app/data \
     PYTHONPATH=/app
 
-RUN groupadd --system quotaweb \
-    && useradd --system --gid quotaweb --home-dir /app --shell /usr/sbin/nologin quotaweb
+# bubblewrap: the sandbox of command jobs; quotaweb-job: the user they run as
+# (docs/executors.md).  Only the worker service runs them, as root in its container.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends bubblewrap \
+    && rm -rf /var/lib/apt/lists/* \
+    && groupadd --system quotaweb \
+    && useradd --system --gid quotaweb --home-dir /app --shell /usr/sbin/nologin quotaweb \
+    && useradd --system --no-create-home --shell /usr/sbin/nologin quotaweb-job
 
 WORKDIR /app
 

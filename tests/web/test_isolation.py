@@ -1,0 +1,197 @@
+"""A member's command, tried as a hostile member would: it runs in the sandbox as the job
+user and reaches nothing of the server's (docs/executors.md, Isolation).  The real local
+executor and supervisor, real processes, the real database; the server's data directory
+here is a temporary one laid out as the embedded mode lays it out, its files left
+world-readable on purpose, so that only the sandbox stands between them and the job."""
+
+from __future__ import annotations
+
+import os
+import pwd
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from quotaweb.executors.local import LOG_LIMIT_NOTICE
+from quotaweb.executors.sandbox import isolation_problem
+from quotaweb.executors.supervisor import Supervisor, get_supervisor
+from quotaweb.models import ExecutorHost, HostedInstance, LogLine, WarmPool
+from quotaweb.services.errors import Conflict
+from quotaweb.services.jobs import refuse_unisolated_commands
+
+from .test_local_executor import (
+    UNIT,
+    ended,
+    lines,
+    make_share,
+    only_attempt,
+    status_of,
+    submit,
+    wait_for,
+)
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+SECRET = "s3cret-of-the-server"
+
+
+@pytest.fixture
+def data_dir(settings: Any, tmp_path: Path) -> Path:
+    """An embedded-mode data directory: database file, secret key, demo passwords, and
+    the executor's work directory inside it."""
+    data = tmp_path / "data"
+    data.mkdir()
+    for name in ("quotaweb.sqlite3", "secret_key", "demo-users.json"):
+        (data / name).write_text(SECRET)
+        (data / name).chmod(0o644)
+    settings.QUOTAWEB = {**settings.QUOTAWEB, "WORK_DIR": data / "work",
+                         "LOCAL_EXECUTOR": True, "PREEMPTION_GRACE_SECONDS": 2}
+    return data
+
+
+@pytest.fixture
+def supervisor(data_dir: Path) -> Iterator[Supervisor]:
+    running = get_supervisor()
+    running.start()
+    yield running
+    running.stop()
+
+
+@pytest.fixture(autouse=True)
+def can_isolate() -> None:
+    problem = isolation_problem()
+    if problem is not None:
+        pytest.fail(f"these tests need the command sandbox: {problem}", pytrace=False)
+
+
+def run(command: str, **fields: Any) -> list[str]:
+    job = submit(make_share(name=fields.pop("share", "team")), command, **fields)
+    wait_for(lambda: ended(job), "the job to end")
+    assert status_of(job) == "SUCCEEDED", lines(only_attempt(job))
+    return lines(only_attempt(job))
+
+
+def test_a_command_runs_as_the_job_user_without_capabilities(
+    data_dir: Path, supervisor: Any,
+) -> None:
+    output = run("id -u; id -G; grep CapEff /proc/self/status; echo $HOME")
+    job_user = pwd.getpwnam("quotaweb-job")
+    assert output[0] == str(job_user.pw_uid) and output[0] != str(os.getuid())
+    assert output[1] == str(job_user.pw_gid), "no supplementary groups"
+    assert output[2].split() == ["CapEff:", "0000000000000000"]
+    assert output[3].startswith(str(data_dir / "work" / "runs"))
+
+
+def test_a_command_cannot_read_the_data_directory_or_the_database_file(
+    data_dir: Path, supervisor: Any,
+) -> None:
+    output = run(
+        f'ls -A {data_dir}; '
+        f'for f in quotaweb.sqlite3 secret_key demo-users.json; do '
+        f'cat {data_dir}/$f 2>/dev/null || echo "no-$f"; done; '
+        f'ls {data_dir}/work/logs >/dev/null 2>&1 && echo listed-logs || echo no-logs')
+    assert SECRET not in "\n".join(output)
+    # The sandbox holds only the path down to the job's own directories.
+    assert output == ["work", "no-quotaweb.sqlite3", "no-secret_key",
+                      "no-demo-users.json", "no-logs"]
+
+
+def test_a_command_cannot_read_another_jobs_cache_or_run_directory(
+    data_dir: Path, supervisor: Any,
+) -> None:
+    share = make_share()
+    first = submit(share, f'echo {SECRET} > "$QUOTAWEB_WARMPOOL_CACHE_DIRECTORY/secret"; '
+                          f'echo {SECRET} > "$HOME/secret"', keep_alive_seconds=600, name="a")
+    wait_for(lambda: ended(first), "the first job to end")
+    pool = WarmPool.objects.get(owner=first)
+    cache, run_dir = Path(pool.cache_directory), data_dir / "work" / "runs" / f"job-{first.pk}"
+    assert (cache / "secret").read_text().strip() == SECRET
+    # Another job (one that does not match the pool, so it does not reuse it) tries both.
+    second = submit(share, f'cat {cache}/secret || echo no-cache; '
+                           f'cat {run_dir}/attempt-1/secret || echo no-run; '
+                           f'ls -A {data_dir}/work/cache',
+                    name="b", role="another-role")
+    wait_for(lambda: ended(second), "the second job to end")
+    output = lines(only_attempt(second))
+    assert SECRET not in "\n".join(output)
+    assert {"no-cache", "no-run"} <= set(output), output
+    # Its listing of the cache root shows its own cache directory, and nobody else's.
+    assert output[-1] == f"job-{second.pk}-attempt-1", output
+
+
+def test_a_command_cannot_read_the_workers_environment_or_see_its_processes(
+    data_dir: Path, supervisor: Any, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SECRET_KEY", SECRET)
+    monkeypatch.setenv("DATABASE_URL", f"postgres://user:{SECRET}@db/quotaweb")
+    output = run(
+        'env; for f in /proc/[0-9]*/environ; do cat "$f" 2>/dev/null; done | tr "\\0" "\\n"; '
+        f'ls /proc | grep -c "^[0-9]" ; [ -e /proc/{os.getpid()}/environ ] '
+        '&& echo sees-server || echo no-server')
+    assert SECRET not in "\n".join(output)
+    assert output[-1] == "no-server"
+    assert int(output[-2]) < 10, "the job sees only its own few processes"
+
+
+def test_the_job_is_told_its_instances_and_sees_no_gpu_it_was_not_given(
+    data_dir: Path, supervisor: Any,
+) -> None:
+    output = run('echo "$QUOTAWEB_INSTANCES|$CUDA_VISIBLE_DEVICES|$NVIDIA_VISIBLE_DEVICES|'
+                 '$WORLD_SIZE|$RANK|$NODE_RANK|$SM_HOSTS"', instance_count=2)
+    instances, cuda, nvidia, world, rank, node_rank, hosts = output[0].split("|")
+    assert instances == "0,1" and cuda == "" and nvidia == "void"
+    assert (world, rank, node_rank) == ("1", "0", "0") and hosts.startswith('["')
+
+
+def test_a_chatty_job_is_capped_and_does_not_fail_a_quiet_one(
+    data_dir: Path, supervisor: Any, settings: Any,
+) -> None:
+    limit = 1 << 20
+    settings.QUOTAWEB = {**settings.QUOTAWEB, "LOG_LIMIT_BYTES": limit,
+                         "HEARTBEAT_LEASE_SECONDS": 3}
+    share = make_share(capacity=2)
+    chatty = submit(share, "yes chatty-line-of-output | head -n 3000000; echo done",
+                    name="chatty")
+    quiet = submit(share, "sleep 8; echo quiet-done", name="quiet")
+    wait_for(lambda: ended(chatty) and ended(quiet), "both jobs to end")
+    assert status_of(quiet) == "SUCCEEDED", only_attempt(quiet).status_reason
+    assert lines(only_attempt(quiet)) == ["quiet-done"]
+    assert status_of(chatty) == "SUCCEEDED", only_attempt(chatty).status_reason
+    kept = lines(only_attempt(chatty))
+    assert kept[-1] == LOG_LIMIT_NOTICE.format(limit=limit)
+    assert len(kept) < limit // len("chatty-line-of-output") + 2
+    assert LogLine.objects.filter(attempt=only_attempt(chatty)).count() == len(kept)
+    log_file = Path(only_attempt(chatty).log_path)
+    assert log_file.stat().st_size <= limit, "the file on disk stays bounded too"
+
+
+def test_an_attempt_that_no_executor_starts_fails_with_the_reason(
+    data_dir: Path, supervisor: Any, settings: Any,
+) -> None:
+    """Its instances are declared by a host that stopped heartbeating: after the claim
+    timeout the attempt fails as a platform error naming it, and does not hold capacity."""
+    settings.QUOTAWEB = {**settings.QUOTAWEB, "CLAIM_TIMEOUT_SECONDS": 1}
+    share = make_share(capacity=1)
+    long_ago = timezone.now() - timedelta(hours=1)
+    gone = ExecutorHost.objects.create(name="gpu-gone", started_at=long_ago, seen_at=long_ago)
+    HostedInstance.objects.create(host=gone, capacity_unit=UNIT, number=0, devices="0")
+    job = submit(share, "echo never", retry_attempts=1)
+    wait_for(lambda: ended(job), "the attempt to fail")
+    attempt = only_attempt(job)
+    assert (attempt.outcome, attempt.failure) == ("FAILED", "PLATFORM_ERROR")
+    assert attempt.pid is None and "gpu-gone is unreachable" in attempt.status_reason
+    assert attempt.status_reason.startswith("No executor started it within 1 s")
+
+
+def test_command_jobs_are_refused_where_commands_cannot_be_isolated(
+    data_dir: Path, settings: Any,
+) -> None:
+    settings.QUOTAWEB = {**settings.QUOTAWEB, "JOB_USER": "no-such-user-here"}
+    with pytest.raises(Conflict) as refused:
+        refuse_unisolated_commands()
+    assert refused.value.code == "COMMAND_JOBS_DISABLED"
+    assert "no-such-user-here" in refused.value.message and "bubblewrap" in refused.value.message
