@@ -4,7 +4,7 @@ the event outbox, usage samples and the scheduler's own bookkeeping."""
 from .capacity import CapacityUnit
 from .events import Event
 from .hosts import ExecutorHost, HostedInstance
-from .jobs import Attempt, Job, LogLine
+from .jobs import Attempt, AttemptRank, Job, LogLine
 from .scheduler_state import CycleRecord, SchedulerState
 from .shares import CapacityLimit, QuotaShare
 from .tokens import ApiToken
@@ -14,6 +14,7 @@ from .warm_pools import WarmPool, WarmPoolSegment
 __all__ = [
     "ApiToken",
     "Attempt",
+    "AttemptRank",
     "CapacityLimit",
     "CapacityUnit",
     "CycleRecord",

@@ -128,6 +128,9 @@ class Attempt(models.Model):
     log_path = models.CharField(max_length=1024, blank=True, default="")
     stop_requested_at = models.DateTimeField(null=True, blank=True)
     kill_at = models.DateTimeField(null=True, blank=True)
+    # Hosts its instances span: one process per host (AttemptRank), rank 0's in the
+    # columns above (docs/executors.md, Multi-host jobs).
+    world_size = models.PositiveIntegerField(default=1)
 
     class Meta:
         ordering = ["job_id", "number"]
@@ -138,6 +141,27 @@ class Attempt(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job.name} attempt {self.number}"
+
+
+class AttemptRank(models.Model):
+    """One host's process of an attempt whose instances span hosts: claimed by that host,
+    heartbeated by its supervisor, with its exit code once it ended."""
+
+    attempt = models.ForeignKey(Attempt, on_delete=models.CASCADE, related_name="ranks")
+    rank = models.PositiveIntegerField()
+    host = models.CharField(max_length=255)
+    pid = models.IntegerField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField()
+    exit_code = models.IntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["attempt_id", "rank"]
+        constraints = [
+            models.UniqueConstraint(fields=["attempt", "rank"], name="one_process_per_rank"),
+        ]
+
+    def __str__(self) -> str:
+        return f"attempt {self.attempt_id} rank {self.rank} on {self.host}"
 
 
 class LogLine(models.Model):
