@@ -9,7 +9,10 @@ guided by each trace's `meta`:
 - usage traces: meta {"series": "<share>|<unit>", "field": "own"|..., "tail": true}.  The
   last point of a non-empty usage trace is a "tail" repeating the latest value at `now`,
   so a step line reaches the present; the script moves it as time passes.
-- marker traces: meta {"markers": "CROSS_SHARE"|"IN_SHARE", "share", "unit", "y"}.
+- marker traces: meta {"markers": "CROSS_SHARE"|"IN_SHARE"|"RECLAIM_RETURNED", "share",
+  "unit", "y"}: a reclaim is marked on the victim's row (CROSS_SHARE) and on the row of
+  the share whose capacity came back (RECLAIM_RETURNED).
+- "stopping" traces: meta {"stopping": true, "series", "times": true}: grace periods.
 - bars: meta {"time_base": true, "open": [[point index, start ms], ...]} for bars that
   are still open (their length grows with time).
 - layout.meta {"time_axes": [...], "window_seconds": N, "follow_now": bool}: which axes
@@ -45,7 +48,11 @@ STACKED_FIELDS = ("own", "borrowed", "lent")
 MARKER_STYLE = {
     "CROSS_SHARE": {"name": "reclaim (cross-share)", "symbol": "triangle-down"},
     "IN_SHARE": {"name": "in-share preemption", "symbol": "diamond"},
+    # On the reclaiming share's row: the capacity it had lent came back to it.
+    "RECLAIM_RETURNED": {"name": "reclaim (capacity came back)", "symbol": "triangle-up"},
 }
+MARKER_LABEL = {"CROSS_SHARE": "CROSS_SHARE", "IN_SHARE": "IN_SHARE",
+                "RECLAIM_RETURNED": "CROSS_SHARE: capacity came back"}
 # A double-click returns to the window that follows the clock (the page's script).
 CONFIG = {"displaylogo": False, "responsive": True, "doubleClick": "autosize",
           "modeBarButtonsToRemove": ["lasso2d", "select2d", "autoScale2d"]}
@@ -79,6 +86,7 @@ def timeline_figure(
     colours: Mapping[str, str],
     now: Moment,
     window_seconds: int = WINDOW_SECONDS,
+    stops: Iterable[Mapping[str, Any]] = (),
 ) -> Figure:
     """One row per (share, unit) in `rows` ({quota_share, capacity_unit, limit}), on one
     shared time axis showing the last `window_seconds` (zoom out for older samples).
@@ -86,8 +94,13 @@ def timeline_figure(
     Each row stacks own, borrowed (hatched) and lent (grey, dotted) as areas, draws the
     limit as a dashed line, and marks PREEMPTED events of the share's jobs (`markers`:
     {time, quota_share, capacity_unit, kind, job_name, preempted_by_name}) in a strip at
-    its top: ▼ a reclaim by another share, ◆ an in-share preemption."""
+    its top: ▼ a reclaim by another share, ◆ an in-share preemption.  `stops` (grace
+    periods: {quota_share, capacity_unit, since, until, job_name, preempted_by_name}) are
+    drawn in the same strip as a bar from the preemption to the victim's SIGKILL."""
     moment = parse_time(now)
+    stopping: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+    for stop in stops:
+        stopping[series_key(stop["quota_share"], stop["capacity_unit"])].append(stop)
     by_series: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
     for sample in samples:
         by_series[series_key(sample["quota_share"], sample["capacity_unit"])].append(sample)
@@ -107,6 +120,7 @@ def timeline_figure(
         colour = colours.get(row["quota_share"], OKABE_ITO[0])
         axes = _row_axes(index)
         data += _usage_traces(key, points, row, colour, axes, start, moment, index == 1)
+        data.append(_stopping_trace(key, stopping.get(key, []), axes, len(rows), index == 1))
         data += _marker_traces(key, row, marks.get(key, []), axes, len(rows), index == 1)
         annotations += _row_annotations(key, row, index, len(rows), empty=not points)
         tops.append(max([int(row.get("limit") or 0), 1]
@@ -195,7 +209,8 @@ def _marker_traces(
         traces.append({
             "type": "scatter", "mode": "markers", "name": style["name"],
             "x": [iso(m["time"]) for m in chosen], "y": [MARKER_Y] * len(chosen),
-            "customdata": [[m["job_name"], m["preempted_by_name"], kind] for m in chosen],
+            "customdata": [[m["job_name"], m["preempted_by_name"], MARKER_LABEL[kind]]
+                           for m in chosen],
             "xaxis": axes[0], "yaxis": strip,
             "marker": {"symbol": style["symbol"], "size": 12, "color": INK,
                        "line": {"color": "#ffffff", "width": 1}},
@@ -206,6 +221,43 @@ def _marker_traces(
                      "unit": row["capacity_unit"], "y": MARKER_Y, "series": key},
         })
     return traces
+
+
+STOPPING_Y = 0.62
+STOPPING_COLOUR = "#D55E00"
+
+
+def stopping_points(stops: Iterable[Mapping[str, Any]]) -> tuple[list[Any], list[Any],
+                                                                   list[Any]]:
+    """x, y and customdata of grace periods drawn as separate segments (None between)."""
+    xs: list[Any] = []
+    ys: list[Any] = []
+    custom: list[Any] = []
+    for stop in sorted(stops, key=lambda s: parse_time(s["since"])):
+        until = iso(stop["until"])
+        hover = [stop["job_name"], stop["preempted_by_name"], until]
+        xs += [iso(stop["since"]), until, None]
+        ys += [STOPPING_Y, STOPPING_Y, None]
+        custom += [hover, hover, None]
+    return xs, ys, custom
+
+
+def _stopping_trace(
+    key: str, stops: Sequence[Mapping[str, Any]], axes: tuple[str, str], rows: int,
+    first: bool,
+) -> Trace:
+    """The victims of this row still being stopped (SIGTERM sent, grace until SIGKILL)."""
+    x, y, custom = stopping_points(stops)
+    return {
+        "type": "scatter", "mode": "lines", "name": "stopping (grace period)",
+        "x": x, "y": y, "customdata": custom, "connectgaps": False,
+        "xaxis": axes[0], "yaxis": _strip_axis(int(axes[1][1:] or 1), rows),
+        "line": {"color": STOPPING_COLOUR, "width": 7},
+        "legendgroup": "stopping", "showlegend": first,
+        "hovertemplate": "<b>stopping</b>: %{customdata[0]} (SIGTERM sent for "
+                         "%{customdata[1]})<br>grace ends %{customdata[2]}<extra></extra>",
+        "meta": {"stopping": True, "series": key, "times": True},
+    }
 
 
 def _strip_axis(index: int, rows: int) -> str:
@@ -307,17 +359,22 @@ def fleet_figure(
 ) -> Figure:
     """A Gantt of instances over time: one row per instance, a bar per attempt on it
     (coloured by share, hatched when the attempt borrowed) and per warm-pool period
-    (dotted, paler).  Bars: {capacity_unit, instance, quota_share, kind "run"|"warm",
-    start, end (None: still open), job_id, job_name, attempt, outcome, borrowed_instances,
-    instance_count, warm_start}."""
+    (dotted, paler), and a thin bar over the grace period of a preempted victim still
+    being stopped (SIGTERM sent, SIGKILL at its end).  Bars: {capacity_unit, instance,
+    quota_share, kind "run"|"warm"|"stopping", start, end (None: still open), job_id,
+    job_name, attempt, outcome, borrowed_instances, instance_count, warm_start,
+    preempted_by_name (stopping)}."""
     moment = parse_time(now)
     labels = fleet_rows(units, bars)
     groups: dict[tuple[str, str], list[Mapping[str, Any]]] = defaultdict(list)
     for bar in bars:
         groups[bar["quota_share"], bar["kind"]].append(bar)
+    # Stopping victims last: drawn over the bar of the preemptor that waits for them.
+    shares = sorted({share for share, _ in groups})
+    order = [(share, kind) for share in shares for kind in ("run", "warm")]
+    order += [(share, "stopping") for share in shares]
     data = [_bar_trace(share, kind, groups[share, kind], colours, moment)
-            for share in sorted({share for share, _ in groups})
-            for kind in ("run", "warm") if groups.get((share, kind))]
+            for share, kind in order if groups.get((share, kind))]
     earliest = _earliest(b["start"] for b in bars)
     start = visible_start(moment, window_seconds, earliest)
     annotations = [] if bars else [{
@@ -355,8 +412,17 @@ def _bar_trace(
     ends = [parse_time(b["end"]) if b.get("end") else now for b in ordered]
     starts = [parse_time(b["start"]) for b in ordered]
     warm = kind == "warm"
+    names = {"warm": f"{share} warm pool", "stopping": f"{share} stopping (grace)"}
+    extra: dict[str, Any] = {}
+    if kind == "stopping":
+        extra = {"width": [0.28] * len(ordered),
+                 "marker": {"color": tint(STOPPING_COLOUR, 0.85),
+                            "line": {"color": STOPPING_COLOUR, "width": 1},
+                            "pattern": {"shape": "x", "fillmode": "overlay",
+                                        "fgcolor": "#ffffff", "fgopacity": 0.7,
+                                        "solidity": 0.3}}}
     return {
-        "type": "bar", "orientation": "h", "name": f"{share} warm pool" if warm else share,
+        "type": "bar", "orientation": "h", "name": names.get(kind, share),
         "legendgroup": share,
         "base": [iso(s) for s in starts],
         "x": [max(0.0, (e - s).total_seconds() * 1000) for s, e in zip(starts, ends,
@@ -377,10 +443,15 @@ def _bar_trace(
                                                                                 starts,
                                                                                 strict=True))
                                              if not b.get("end")]},
+        **extra,
     }
 
 
 def _bar_hover(bar: Mapping[str, Any], end: Any) -> list[str]:
+    if bar["kind"] == "stopping":
+        return [str(bar.get("job_name", "")), bar["quota_share"],
+                f"stopping: SIGTERM sent for {bar.get('preempted_by_name', '?')}",
+                f"grace ends {iso(end)}, then SIGKILL"]
     if bar["kind"] == "warm":
         what = "warm pool, Available"
     else:

@@ -15,7 +15,7 @@ from django.db.models import Q
 
 from ..models import Attempt, CapacityUnit, Event, WarmPoolSegment
 from ..models.warm_pools import PoolStatus
-from . import figures
+from . import figures, grace
 from .usage_data import share_colours
 
 HISTORY = timedelta(hours=2)
@@ -81,8 +81,19 @@ def warm_bars(now: datetime) -> list[Bar]:
     return bars
 
 
+def stopping_bars(now: datetime) -> list[Bar]:
+    """A thin bar per instance of every victim's grace period in the last HISTORY: its
+    process was sent SIGTERM at the preemption and is killed at the end."""
+    return [{
+        "capacity_unit": stop["capacity_unit"], "instance": int(number),
+        "quota_share": stop["quota_share"], "kind": "stopping", "start": stop["since"],
+        "end": stop["until"], "job_id": stop["job_id"], "job_name": stop["job_name"],
+        "preempted_by_name": stop["preempted_by_name"], "outcome": "PREEMPTED",
+    } for stop in grace.grace_periods(now, now - HISTORY) for number in stop["instances"]]
+
+
 def fleet(now: datetime) -> dict[str, Any]:
     """The fleet Gantt figure of the last HISTORY (showing the last 30 minutes)."""
     units = list(CapacityUnit.objects.order_by("name").values("name", "max_capacity"))
-    bars = attempt_bars(now) + warm_bars(now)
+    bars = attempt_bars(now) + warm_bars(now) + stopping_bars(now)
     return figures.fleet_figure(units, bars, colours=share_colours(), now=now)

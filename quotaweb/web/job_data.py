@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
 from django.db.models import QuerySet, Sum
+from django.utils import timezone
 
 from ..models import Attempt, Job, LogLine, QuotaShare, WarmPool, WarmPoolSegment
 from ..models.jobs import ACTIVE_STATUSES, QUEUED_STATUSES, JobStatus
 from ..models.warm_pools import PoolStatus
 from ..realtime.serializers import pending_reason
+from . import grace
 from .series import billable_seconds
 
 # How a list of jobs is grouped: what holds capacity first, then what waits, then history.
@@ -37,9 +39,13 @@ def queue_positions(share_ids: Iterable[int]) -> dict[int, int]:
     return positions
 
 
-def job_row(job: Job, positions: dict[int, int]) -> Row:
+def job_row(job: Job, positions: dict[int, int], stops: Mapping[int, Row] | None = None,
+            waits: Mapping[int, Row] | None = None) -> Row:
+    """A job's row; `stops` and `waits` (grace.stopping, grace.waiting) say whether it is
+    stopping in a grace period, or waiting for one to end."""
     return {"job": job, "position": positions.get(job.pk),
-            "pending": pending_reason(job)}
+            "pending": pending_reason(job), "stopping": (stops or {}).get(job.pk),
+            "waiting": (waits or {}).get(job.pk)}
 
 
 def _status_rank(job: Job) -> int:
@@ -59,7 +65,10 @@ def open_jobs(share: QuotaShare | None = None) -> list[Row]:
         jobs = jobs.filter(quota_share=share)
     listed = sort_jobs(jobs.order_by("id")[:500])
     positions = queue_positions({job.quota_share_id for job in listed})
-    return [job_row(job, positions) for job in listed]
+    now = timezone.now()
+    stops = grace.stopping(now, [job.pk for job in listed])
+    waits = grace.waiting(now, listed)
+    return [job_row(job, positions, stops, waits) for job in listed]
 
 
 def share_jobs(share: QuotaShare) -> dict[str, list[Row]]:

@@ -36,4 +36,5 @@ urlpatterns = [
     path("live/share-cards", overview.share_cards, name="share-cards"),
     path("live/open-jobs", overview.open_jobs, name="open-jobs"),
     path("live/usage", overview.usage_after, name="usage-after"),
+    path("live/stopping", overview.stopping, name="stopping"),
 ]

@@ -13,7 +13,7 @@ from django.db.models import Max, OuterRef, Q, Subquery
 from ..models import CapacityLimit, CapacityUnit, Event, Job, QuotaShare, UsageSample
 from ..realtime import serializers
 from ..realtime.serializers import FIGURES
-from . import figures
+from . import figures, grace
 from .series import integrate
 
 HISTORY = timedelta(hours=2)  # what a timeline holds; it shows the last 30 minutes
@@ -127,26 +127,32 @@ def preemption_markers(
     now: datetime, share: QuotaShare | None = None, upto: int | None = None
 ) -> list[Row]:
     """PREEMPTED events of the last HISTORY (up to event id `upto`) as timeline markers,
-    on the row of the victim's share and unit, naming who preempted whom."""
+    naming who preempted whom: on the row of the victim's share and unit (kind
+    CROSS_SHARE or IN_SHARE), and, for a reclaim, also on the row of the share whose
+    capacity came back, the preemptor's (kind RECLAIM_RETURNED)."""
     events = Event.objects.filter(type="PREEMPTED", time__gte=now - HISTORY, time__lte=now)
     if upto is not None:
         events = events.filter(id__lte=upto)
-    if share is not None:
-        events = events.filter(quota_share=share.name)
     rows = list(events.select_related("job").order_by("-id")[:MAX_MARKERS])
     preemptors = {
-        job_id: name for job_id, name in Job.objects.filter(
+        job_id: (name, share_name) for job_id, name, share_name in Job.objects.filter(
             pk__in={e.details.get("preempted_by") for e in rows}
-        ).values_list("id", "name")
+        ).values_list("id", "name", "quota_share__name")
     }
-    return [{
-        "time": serializers.iso(event.time),
-        "quota_share": event.quota_share,
-        "capacity_unit": event.job.instance_type if event.job else "",
-        "kind": event.details.get("kind", ""),
-        "job_name": event.job.name if event.job else "?",
-        "preempted_by_name": preemptors.get(event.details.get("preempted_by"), "?"),
-    } for event in reversed(rows)]
+    markers = []
+    for event in reversed(rows):
+        kind = event.details.get("kind", "")
+        by_name, by_share = preemptors.get(event.details.get("preempted_by"), ("?", None))
+        marker = {
+            "time": serializers.iso(event.time), "quota_share": event.quota_share,
+            "capacity_unit": event.job.instance_type if event.job else "", "kind": kind,
+            "job_name": event.job.name if event.job else "?", "preempted_by_name": by_name,
+        }
+        if share is None or event.quota_share == share.name:
+            markers.append(marker)
+        if kind == "CROSS_SHARE" and by_share and (share is None or by_share == share.name):
+            markers.append({**marker, "quota_share": by_share, "kind": "RECLAIM_RETURNED"})
+    return markers
 
 
 def timeline(
@@ -159,8 +165,17 @@ def timeline(
     return figures.timeline_figure(
         limit_rows(share), timeline_samples(now, share, upto.get("last_sample_id")),
         preemption_markers(now, share, upto.get("last_event_id")),
-        colours=share_colours(), now=now,
+        colours=share_colours(), now=now, stops=stopping_periods(now, share),
     )
+
+
+def stopping_periods(now: datetime, share: QuotaShare | None = None) -> list[Row]:
+    """Grace periods of the last HISTORY (of one share's victims, or all), as the
+    timelines draw them (figures.timeline_figure's `stops`)."""
+    return [{**stop, "since": serializers.iso(stop["since"]),
+             "until": serializers.iso(stop["until"])}
+            for stop in grace.grace_periods(now, now - HISTORY)
+            if share is None or stop["quota_share"] == share.name]
 
 
 def lending_totals(share: QuotaShare, now: datetime) -> list[Row]:

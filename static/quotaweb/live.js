@@ -93,7 +93,9 @@ function updateClocks() {
 function localizeFigure(figure) {
   for (const trace of figure.data) {
     const meta = trace.meta || {};
-    if (meta.tail || meta.markers) trace.x = trace.x.map(localize);
+    if (meta.tail || meta.markers || meta.times) {
+      trace.x = trace.x.map((x) => (x === null ? null : localize(x)));
+    }
     if (meta.time_base) trace.base = trace.base.map(localize);
   }
   for (const axis of figure.layout.meta?.time_axes || []) {
@@ -231,18 +233,64 @@ function applySample(sample) {
   }
 }
 
+// A preemption is marked on the victim's row; a reclaim also on the row of the share
+// whose capacity came back, the preemptor's (as usage_data.preemption_markers does).
 function addMarker(event) {
   const details = event.details || {};
   const unit = state.jobs.get(String(event.job))?.unit;
+  const marks = [[details.kind, event.quota_share, details.kind]];
+  const lender = state.jobs.get(String(details.preempted_by))?.share;
+  if (details.kind === "CROSS_SHARE" && lender) {
+    marks.push(["RECLAIM_RETURNED", lender, "CROSS_SHARE: capacity came back"]);
+  }
   for (const entry of state.figures) {
-    const candidates = entry.div.data.filter((trace) =>
-      trace.meta?.markers === details.kind && trace.meta.share === event.quota_share);
-    const trace = candidates.find((t) => t.meta.unit === unit) || candidates[0];
-    if (!trace) continue;
-    trace.x.push(localize(event.time));
-    trace.y.push(trace.meta.y);
-    trace.customdata.push([jobName(event.job, event.job_name), jobName(details.preempted_by), details.kind]);
-    entry.dirty = true;
+    for (const [kind, share, label] of marks) {
+      const candidates = entry.div.data.filter((trace) =>
+        trace.meta?.markers === kind && trace.meta.share === share);
+      const trace = candidates.find((t) => t.meta.unit === unit) || candidates[0];
+      if (!trace) continue;
+      trace.x.push(localize(event.time));
+      trace.y.push(trace.meta.y);
+      trace.customdata.push([jobName(event.job, event.job_name), jobName(details.preempted_by), label]);
+      entry.dirty = true;
+    }
+  }
+}
+
+// A victim's grace period (SIGTERM sent, SIGKILL at its end): PREEMPTED events do not
+// carry its end, so the page asks the server for the periods again, and redraws the
+// timelines' "stopping" traces (as figures.stopping_points builds them).
+const STOPPING_Y = 0.62;
+
+function stoppingPoints(periods) {
+  const x = [];
+  const y = [];
+  const customdata = [];
+  for (const period of periods) {
+    const hover = [period.job_name, period.preempted_by_name, localize(period.until)];
+    x.push(localize(period.since), localize(period.until), null);
+    y.push(STOPPING_Y, STOPPING_Y, null);
+    customdata.push(hover, hover, null);
+  }
+  return { x, y, customdata };
+}
+
+async function refreshStopping() {
+  const traces = state.figures.flatMap((entry) =>
+    entry.div.data.filter((trace) => trace.meta?.stopping).map((trace) => [entry, trace]));
+  if (!traces.length || !config.stopping_url) return;
+  try {
+    const response = await fetch(config.stopping_url);
+    if (!response.ok || response.redirected) return;
+    const { periods } = await response.json();
+    for (const [entry, trace] of traces) {
+      const mine = periods.filter((p) => `${p.quota_share}|${p.capacity_unit}` === trace.meta.series);
+      Object.assign(trace, stoppingPoints(mine));
+      entry.dirty = true;
+    }
+    redrawDirty();
+  } catch (error) {
+    console.warn("could not fetch the grace periods", error);
   }
 }
 
@@ -349,12 +397,19 @@ function applyEvent(event) {
   state.lastEventId = event.id;
   if (event.job !== null && event.job_name) {
     const known = state.jobs.get(String(event.job)) || {};
-    state.jobs.set(String(event.job), { ...known, name: event.job_name });
+    state.jobs.set(String(event.job), { ...known, name: event.job_name,
+      share: event.quota_share || known.share });
   }
   addToFeed(event, true);
   if (event.type === "PREEMPTED") {
     addMarker(event);
     toast(event);
+    if (!state.stoppingTimer) {
+      state.stoppingTimer = setTimeout(() => {
+        state.stoppingTimer = null;
+        refreshStopping();
+      }, REFRESH_DELAY_MS);
+    }
   }
   refreshMatching({ kind: "event", event });
 }
@@ -483,7 +538,7 @@ function applySnapshot(message) {
   // snapshot comes in parts (part 1..parts); each adds its jobs, the first the usage.
   state.lastEventId = Math.max(state.lastEventId, message.last_event_id);
   for (const job of message.jobs || []) {
-    state.jobs.set(String(job.id), { name: job.name, unit: job.instance_type });
+    state.jobs.set(String(job.id), { name: job.name, unit: job.instance_type, share: job.quota_share });
   }
   (message.usage || []).forEach(applySample);
   refreshMatching({ kind: "all" });

@@ -40,12 +40,13 @@ configuration.update_capacity_unit("ml.g5.xlarge", cold_start_seconds=0, warm_st
 """
 
 
-def _embedded_env(data_dir: Path) -> dict[str, str]:
+def _embedded_env(data_dir: Path, **overrides: str) -> dict[str, str]:
     env = {key: value for key, value in os.environ.items()
            if key not in ("DATABASE_URL", "REDIS_URL", "SECRET_KEY", "ALLOWED_HOSTS")}
     env.update(DJANGO_SETTINGS_MODULE="quotaweb.settings", QUOTAWEB_DATA_DIR=str(data_dir),
                QUOTAWEB_IN_PROCESS_SCHEDULER="1", QUOTAWEB_PREEMPTION_GRACE_SECONDS="2",
                PYTHONUNBUFFERED="1")
+    env.update(overrides)
     return env
 
 
@@ -92,8 +93,8 @@ class QuotawebServer:
     """`manage.py serve` on a data folder and a port; `stop()` and `start()` again (the
     same folder and port) to see pages reconnect."""
 
-    def __init__(self, data: Path, port: int, log: Path) -> None:
-        self.data, self.port, self.log = data, port, log
+    def __init__(self, data: Path, port: int, log: Path, **env: str) -> None:
+        self.data, self.port, self.log, self.env = data, port, log, env
         self.url = f"http://127.0.0.1:{port}"
         self.passwords: dict[str, str] = json.loads((data / "demo-users.json").read_text())
         self._process: subprocess.Popen[bytes] | None = None
@@ -102,7 +103,8 @@ class QuotawebServer:
         with self.log.open("a") as log:
             self._process = subprocess.Popen(
                 [sys.executable, str(REPO / "manage.py"), "serve", "--port", str(self.port)],
-                env=_embedded_env(self.data), cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+                env=_embedded_env(self.data, **self.env), cwd=REPO, stdout=log,
+                stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 60
         while not _healthy(f"{self.url}/healthz"):
             if self._process.poll() is not None or time.monotonic() > deadline:
@@ -127,11 +129,19 @@ class QuotawebServer:
 
 
 @pytest.fixture
-def server(prepared_data: Path, tmp_path: Path) -> Iterator[QuotawebServer]:
+def server_env() -> dict[str, str]:
+    """Environment variables the test's server gets on top of the embedded defaults
+    (override the fixture in a test module, e.g. for a longer preemption grace)."""
+    return {}
+
+
+@pytest.fixture
+def server(prepared_data: Path, tmp_path: Path,
+           server_env: dict[str, str]) -> Iterator[QuotawebServer]:
     """`manage.py serve` on a fresh copy of the prepared data, stopped after the test."""
     data = tmp_path / "data"
     shutil.copytree(prepared_data, data)
-    running = QuotawebServer(data, _free_port(), tmp_path / "serve.log")
+    running = QuotawebServer(data, _free_port(), tmp_path / "serve.log", **server_env)
     try:
         running.start()
         yield running

@@ -117,6 +117,9 @@ def test_the_walkthrough_marks_reclaims_and_preemptions_live(
                                         timeout=LIVE_TIMEOUT_MS)
     expect(overview.locator("#event-feed li.preempted").first).to_contain_text("qs1_job_med")
     assert _marker_count(overview, "QS2", "CROSS_SHARE") == 0
+    # The lender, whose capacity came back, shows the reclaim too.
+    assert _marker_count(overview, "QS2", "RECLAIM_RETURNED") == 1
+    assert _marker_count(overview, "QS1", "RECLAIM_RETURNED") == 0
 
     alice.goto(f"{server.url}/jobs/{ids['qs1_job_low']}")
     alice.fill("input[name=priority]", "4")

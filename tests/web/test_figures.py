@@ -51,7 +51,7 @@ def traces_of(figure: dict[str, Any], key: str) -> dict[str, dict[str, Any]]:
     for trace in figure["data"]:
         meta = trace["meta"]
         if meta.get("series") == key:
-            found[meta.get("field") or meta["markers"]] = trace
+            found[meta.get("field") or meta.get("markers") or "stopping"] = trace
     return found
 
 
@@ -84,12 +84,14 @@ def build(rows: list[dict[str, Any]], samples: list[dict[str, Any]],
                                          now=NOW))
 
 
-def test_each_share_and_unit_gets_own_borrowed_lent_limit_and_two_marker_traces() -> None:
+def test_each_share_and_unit_gets_own_borrowed_lent_limit_stopping_and_marker_traces(
+) -> None:
     figure = build([row("QS1"), row("QS2")], [sample("QS1", 10, own=1)])
     for share in ("QS1", "QS2"):
         traces = traces_of(figure, f"{share}|{UNIT}")
-        assert list(traces) == ["own", "borrowed", "lent", "limit", "CROSS_SHARE", "IN_SHARE"]
-    assert len(figure["data"]) == 12
+        assert list(traces) == ["own", "borrowed", "lent", "limit", "stopping",
+                                "CROSS_SHARE", "IN_SHARE", "RECLAIM_RETURNED"]
+    assert len(figure["data"]) == 16
 
 
 def test_own_borrowed_and_lent_are_stacked_areas_and_the_limit_a_dashed_line() -> None:
@@ -204,8 +206,34 @@ def test_a_young_history_is_not_squeezed_into_the_right_edge() -> None:
 def test_the_legend_shows_each_encoding_once() -> None:
     figure = build([row("QS1"), row("QS2")], [])
     shown = [trace["name"] for trace in figure["data"] if trace["showlegend"]]
-    assert shown == ["own", "borrowed", "lent to others", "limit", "reclaim (cross-share)",
-                     "in-share preemption"]
+    assert shown == ["own", "borrowed", "lent to others", "limit", "stopping (grace period)",
+                     "reclaim (cross-share)", "in-share preemption",
+                     "reclaim (capacity came back)"]
+
+
+def test_a_victims_grace_period_is_a_stopping_segment_on_its_row() -> None:
+    stops = [{"quota_share": "QS1", "capacity_unit": UNIT, "since": at(3), "until": at(2.5),
+              "job_name": "qs1_job_high", "preempted_by_name": "qs1_job_low"}]
+    colours = figures.share_colours(["QS1", "QS2"])
+    figure = valid(figures.timeline_figure([row("QS1"), row("QS2")], [], [], colours=colours,
+                                           now=NOW, stops=stops))
+    stopping = traces_of(figure, f"QS1|{UNIT}")["stopping"]
+    assert stopping["x"] == [at(3), at(2.5), None]
+    assert stopping["customdata"][0] == ["qs1_job_high", "qs1_job_low", at(2.5)]
+    assert stopping["yaxis"] == traces_of(figure, f"QS1|{UNIT}")["IN_SHARE"]["yaxis"]
+    assert traces_of(figure, f"QS2|{UNIT}")["stopping"]["x"] == []
+
+
+def test_a_reclaim_returned_marker_sits_on_the_lenders_row() -> None:
+    markers = [{"time": at(4), "quota_share": "QS2", "capacity_unit": UNIT,
+                "kind": "RECLAIM_RETURNED", "job_name": "qs1_job_med",
+                "preempted_by_name": "qs2_job_1"}]
+    figure = build([row("QS1"), row("QS2")], [], markers)
+    returned = traces_of(figure, f"QS2|{UNIT}")["RECLAIM_RETURNED"]
+    assert returned["x"] == [at(4)] and returned["marker"]["symbol"] == "triangle-up"
+    assert returned["customdata"] == [["qs1_job_med", "qs2_job_1",
+                                       "CROSS_SHARE: capacity came back"]]
+    assert traces_of(figure, f"QS1|{UNIT}")["RECLAIM_RETURNED"]["x"] == []
 
 
 def test_a_timeline_without_shares_is_still_a_valid_figure() -> None:
@@ -271,6 +299,20 @@ def test_warm_pool_periods_are_their_own_paler_dotted_bars() -> None:
     assert float(warm["marker"]["color"].rsplit(",", 1)[1].rstrip(")")) < \
         float(run["marker"]["color"].rsplit(",", 1)[1].rstrip(")"))
     assert warm["customdata"][0][2] == "warm pool, Available"
+
+
+def test_a_stopping_victim_is_a_thin_crossed_bar_drawn_over_the_waiting_preemptor() -> None:
+    stopping = {**bar("QS1", 0, 1, 0.5, kind="stopping", job="qs1_job_high"),
+                "preempted_by_name": "qs1_job_low"}
+    figure = fleet([{"name": UNIT, "max_capacity": 1}],
+                   [stopping, bar("QS1", 0, 1, None, job="qs1_job_low"),
+                    bar("QS2", 0, 20, 1)])
+    names = [trace["name"] for trace in figure["data"]]
+    assert names == ["QS1", "QS2", "QS1 stopping (grace)"]
+    last = figure["data"][-1]
+    assert last["width"] == [0.28] and last["marker"]["pattern"]["shape"] == "x"
+    assert last["x"] == [30_000]
+    assert last["customdata"][0][2] == "stopping: SIGTERM sent for qs1_job_low"
 
 
 def test_the_fleet_is_stacked_as_overlay_with_instances_top_down() -> None:

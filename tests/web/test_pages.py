@@ -54,7 +54,7 @@ PAGES = ["/", "/fleet", "/shares/QS1", "/jobs/{job}", "/submit", "/warm-pools", 
          "/fleet/figure.json", "/live/fleet-glance", "/live/share-cards", "/live/open-jobs",
          "/live/usage", "/shares/QS1/jobs", "/jobs/{job}/status", "/jobs/{job}/log-tail",
          "/jobs/{job}/actions",
-         "/warm-pools/table"]
+         "/warm-pools/table", "/live/stopping"]
 
 
 @pytest.mark.parametrize("page", PAGES)
@@ -107,7 +107,7 @@ def test_the_overview_shows_cards_the_timeline_and_the_live_configuration(
         f"QS1|{UNIT}", f"QS2|{UNIT}", f"QS3|{UNIT}"}
     live = _json_script(html, "live-config")
     assert live["last_event_id"] == Event.objects.latest("id").id
-    assert live["jobs"][str(job.pk)] == {"name": "qs1_job_high", "unit": UNIT}
+    assert live["jobs"][str(job.pk)] == {"name": "qs1_job_high", "unit": UNIT, "share": "QS1"}
     events = _json_script(html, "initial-events")
     assert [e["type"] for e in events][-1] == "DISPATCHED"
     scripts = re.findall(r'<script[^>]* src="([^"]+)"', html)
@@ -400,6 +400,69 @@ def test_a_preempted_job_shows_who_preempted_it(
     markers = [t for t in _json_script(overview, "timeline-figure")["data"]
                if t["meta"].get("markers") == "CROSS_SHARE" and t["meta"]["share"] == "QS1"]
     assert markers[0]["customdata"] == [["qs1_job_med", "qs2_job_1", "CROSS_SHARE"]]
+
+
+def _reclaim(seconds_ago: float) -> dict[str, Job]:
+    """The walkthrough's reclaim `seconds_ago`, with med RUNNING when it came: med was
+    sent SIGTERM then, with a grace period of 30 s, while qs2_job_1 waits SCHEDULED."""
+    CapacityUnit.objects.filter(name=UNIT).update(cold_start_seconds=0)
+    now = timezone.now()
+    for name, priority in (("qs1_job_high", 3), ("qs1_job_med", 2)):
+        _submit(name, priority=priority)
+    for seconds in (4, 3, 2):
+        run_cycle(now=now - timedelta(seconds=seconds_ago + seconds))
+    assert Job.objects.get(name="qs1_job_med").status == "RUNNING"
+    _submit("qs2_job_1", share="QS2", priority=1)
+    run_cycle(now=now - timedelta(seconds=seconds_ago))
+    jobs = {job.name: job for job in Job.objects.all()}
+    assert (jobs["qs1_job_med"].status, jobs["qs2_job_1"].status) == ("RUNNABLE", "SCHEDULED")
+    return jobs
+
+
+@pytest.fixture
+def reclaim_in_grace(walkthrough_config: Any) -> dict[str, Job]:
+    """The reclaim 10 s ago: med is still stopping for 20 s, and qs2_job_1 waits."""
+    return _reclaim(10)
+
+
+def test_a_victim_in_its_grace_period_is_shown_stopping_and_its_preemptor_waiting(
+    reclaim_in_grace: dict[str, Job], member: Any, client_for: ClientFor
+) -> None:
+    med, qs2 = reclaim_in_grace["qs1_job_med"], reclaim_in_grace["qs2_job_1"]
+    client = client_for(member)
+    victim = client.get(f"/jobs/{med.pk}/status").content.decode()
+    assert "STOPPING" in victim
+    assert re.search(r"Stopping: SIGTERM sent .* for <a href=\"/jobs/\d+\">qs2_job_1</a>, "
+                     r"grace ends in <span data-countdown=", victim, re.S)
+    assert "grace until" in victim  # on the preempted attempt's row
+    waiting = client.get(f"/jobs/{qs2.pk}/status").content.decode()
+    assert re.search(r"Waiting for <a href=\"/jobs/\d+\">qs1_job_med</a> to stop, grace ends "
+                     r"in <span data-countdown=\"[^\"]+\">\d+ s</span>", waiting)
+    table = client.get("/live/open-jobs").content.decode()
+    assert "Waiting for <a" in table and "STOPPING" in table
+    periods = client.get("/live/stopping").json()["periods"]
+    assert [(p["job_name"], p["preempted_by_name"]) for p in periods] == [
+        ("qs1_job_med", "qs2_job_1")]
+    figure = client.get("/fleet/figure.json").json()
+    stopping = [t for t in figure["data"] if t["name"] == "QS1 stopping (grace)"]
+    assert stopping and stopping[0]["customdata"][0][0] == "qs1_job_med"
+    assert abs(stopping[0]["x"][0] - 30_000) < 1_000  # the whole grace period
+    overview = client.get("/").content.decode()
+    traces = _json_script(overview, "timeline-figure")["data"]
+    stops = [t for t in traces if t["meta"].get("stopping") and t["x"]]
+    assert [t["meta"]["series"] for t in stops] == [f"QS1|{UNIT}"]
+    returned = [t for t in traces if t["meta"].get("markers") == "RECLAIM_RETURNED" and t["x"]]
+    assert [t["meta"]["share"] for t in returned] == ["QS2"]
+
+
+def test_after_the_grace_period_nothing_is_shown_stopping(
+    walkthrough_config: Any, member: Any, client_for: ClientFor
+) -> None:
+    med = _reclaim(40)["qs1_job_med"]
+    run_cycle(now=timezone.now())
+    client = client_for(member)
+    assert "STOPPING" not in client.get(f"/jobs/{med.pk}/status").content.decode()
+    assert "Waiting for" not in client.get("/live/open-jobs").content.decode()
 
 
 # Warm pools ------------------------------------------------------------------------------

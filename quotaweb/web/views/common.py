@@ -18,14 +18,18 @@ def live_config(extra_jobs: list[Job] | None = None) -> dict[str, Any]:
     resumes from there), and the names of the jobs it may hear about (events carry a
     preemptor's or reuser's id only)."""
     jobs = list(Job.objects.filter(status__in=(*QUEUED_STATUSES, *ACTIVE_STATUSES))
-                .order_by("id").values_list("id", "name", "instance_type")[:2000])
-    jobs += [(job.pk, job.name, job.instance_type) for job in extra_jobs or []]
+                .order_by("id").values_list("id", "name", "instance_type",
+                                            "quota_share__name")[:2000])
+    jobs += [(job.pk, job.name, job.instance_type, job.quota_share.name)
+             for job in extra_jobs or []]
     return {
         "ws_path": "/ws/events/",
         "usage_url": reverse("web:usage-after"),
+        "stopping_url": reverse("web:stopping"),
         "job_url_prefix": reverse("web:job", args=[0])[:-1],
         "server_now": timezone.now().isoformat(),
-        "jobs": {str(pk): {"name": name, "unit": unit} for pk, name, unit in jobs},
+        "jobs": {str(pk): {"name": name, "unit": unit, "share": share}
+                 for pk, name, unit, share in jobs},
         **last_ids(),
     }
 

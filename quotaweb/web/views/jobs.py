@@ -21,7 +21,7 @@ from ...realtime.serializers import pending_reason
 from ...services import jobs as job_service
 from ...services.errors import Forbidden, ServiceError
 from ...services.permissions import can_see_job_secrets, can_write_share
-from .. import job_data
+from .. import grace, job_data
 from ..forms import KeepAliveForm, PriorityForm, SubmitForm, TerminateForm, show_errors
 from ..series import billable_seconds
 from .common import live_config, member_shares
@@ -48,6 +48,8 @@ def status_context(job: Job) -> dict[str, Any]:
         "billable_seconds": billable_seconds(segment.retained_billable_seconds, since, now)
         if segment else 0.0,
         "billable_since": since,
+        "stopping": grace.stopping(now, [job.pk]).get(job.pk),
+        "waiting": grace.waiting(now, [job]).get(job.pk),
     }
 
 

@@ -73,6 +73,13 @@ def open_jobs(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
+def stopping(request: HttpRequest) -> JsonResponse:
+    """The victims' grace periods a timeline draws (usage_data.stopping_periods): the page
+    asks again when a PREEMPTED event arrives, since the event does not carry its end."""
+    return JsonResponse({"periods": usage_data.stopping_periods(timezone.now())})
+
+
+@login_required
 def usage_after(request: HttpRequest) -> JsonResponse:
     """Usage samples after ?after=<sample id>, oldest first: what a page missed between
     its rendering (or a lost connection) and its websocket's first message.  The
