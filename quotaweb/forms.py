@@ -14,7 +14,8 @@ from .services.errors import ServiceError
 from .services.jobs import validate_priority
 
 SHARE_FORM_FIELDS = ["name", "sharing_strategy", "borrow_limit", "in_share_preemption", "state",
-                     "max_keep_alive_seconds", "members"]
+                     "max_keep_alive_seconds", "max_queued_jobs",
+                     "max_submissions_per_minute", "members"]
 UNIT_FORM_FIELDS = ["name", "max_capacity", "warm_pool_limit", "cold_start_seconds",
                     "warm_start_seconds"]
 
@@ -39,12 +40,36 @@ class QuotaShareAdminForm(forms.ModelForm):
         model = QuotaShare
         fields = SHARE_FORM_FIELDS
 
+    # The queue limits have defaults: a form that leaves them out (or empty) keeps them.
+    QUEUE_LIMITS = ("max_queued_jobs", "max_submissions_per_minute")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for name in self.QUEUE_LIMITS:
+            if name in self.fields:
+                self.fields[name].required = False
+
+    def _changed(self, name: str) -> bool:
+        if name in self.QUEUE_LIMITS:  # left empty: kept, so not a change
+            return bool(self.cleaned_data[name] != getattr(self.instance, name))
+        return name in self.changed_data
+
+    def _queue_limit(self, name: str) -> Any:
+        value = self.cleaned_data.get(name)
+        return getattr(self.instance, name) if value is None else value
+
+    def clean_max_queued_jobs(self) -> Any:
+        return self._queue_limit("max_queued_jobs")
+
+    def clean_max_submissions_per_minute(self) -> Any:
+        return self._queue_limit("max_submissions_per_minute")
+
     def share_changes(self) -> dict[str, Any]:
         """What this form sets: every field when adding, the changed ones otherwise (so
         that switching the strategy alone clears borrow_limit, as SPEC.md 2 says)."""
         adding = self.instance.pk is None
         names = [name for name in SHARE_FORM_FIELDS if name in self.fields
-                 and name in self.cleaned_data and (adding or name in self.changed_data)]
+                 and name in self.cleaned_data and (adding or self._changed(name))]
         changes = {name: self.cleaned_data[name] for name in names}
         if "members" in changes:
             changes["members"] = list(changes["members"])

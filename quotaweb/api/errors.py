@@ -13,7 +13,7 @@ from ninja import Schema
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from pydantic import Field
 
-from ..services.errors import ServiceError, summarise
+from ..services.errors import ServiceError, TooManyRequests, summarise
 from ..services.values import shown
 
 if TYPE_CHECKING:
@@ -53,6 +53,7 @@ ERROR_DESCRIPTIONS = {
     404: "No such object",
     409: "Conflict with the current state",
     413: "Body over 1 MiB",
+    429: "Over a rate limit (see Retry-After)",
     422: "Invalid values or unknown fields",
 }
 
@@ -149,7 +150,10 @@ def install_handlers(api: NinjaAPI) -> None:
 
     @api.exception_handler(ServiceError)
     def service_error(request: HttpRequest, exc: ServiceError) -> HttpResponse:
-        return respond(exc.status, exc.as_dict())
+        response = respond(exc.status, exc.as_dict())
+        if isinstance(exc, TooManyRequests):
+            response["Retry-After"] = str(exc.retry_after)
+        return response
 
     @api.exception_handler(ApiError)
     def api_error(request: HttpRequest, exc: ApiError) -> HttpResponse:

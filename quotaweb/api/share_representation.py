@@ -57,6 +57,8 @@ def share_dict(share: QuotaShare, latest: dict[tuple[int, str], dict[str, int]])
         "in_share_preemption": share.in_share_preemption,
         "state": share.state,
         "max_keep_alive_seconds": share.max_keep_alive_seconds,
+        "max_queued_jobs": share.max_queued_jobs,
+        "max_submissions_per_minute": share.max_submissions_per_minute,
         "members": sorted(member.get_username() for member in share.members.all()),
         "usage": usage,
     }

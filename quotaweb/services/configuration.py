@@ -8,7 +8,8 @@ Rules: share names are 1-128 of [A-Za-z0-9_-] and unique among live shares; a sh
 capacity or of limits that would break this is refused (lowering is always allowed, so a
 configuration that broke when instances were lost can be repaired step by step);
 borrow_limit exists only with LEND_AND_BORROW (-1 or 0..10000, default -1) and switching
-away clears it; max_keep_alive_seconds is 0..3600; a share is deleted only when DISABLED.
+away clears it; max_keep_alive_seconds is 0..3600; the queue limits (max_queued_jobs,
+max_submissions_per_minute) are at least 1; a share is deleted only when DISABLED.
 
 The validators read the database and may be called without locks (forms call them to show
 errors early).  The functions that apply a change call them again inside one transaction
@@ -55,8 +56,11 @@ from .errors import ConfigurationError, Conflict, NotFound, Problems
 
 SHARE_FIELDS = frozenset({
     "name", "capacity_limits", "sharing_strategy", "borrow_limit", "in_share_preemption",
-    "state", "max_keep_alive_seconds", "members",
+    "state", "max_keep_alive_seconds", "members", "max_queued_jobs",
+    "max_submissions_per_minute",
 })
+# The queue limits' ranges: at least one job, at most what an integer column holds.
+QUEUE_LIMITS = ("max_queued_jobs", "max_submissions_per_minute")
 MAX_LIMITS = 5
 MAX_KEEP_ALIVE_SECONDS = 3600
 MAX_BORROW_LIMIT = 10_000
@@ -190,6 +194,9 @@ def _share_scalars(
         cleaned["max_keep_alive_seconds"] = values.integer(
             problems, "max_keep_alive_seconds", given["max_keep_alive_seconds"], 0,
             MAX_KEEP_ALIVE_SECONDS)
+    for field in QUEUE_LIMITS:
+        if field in given:
+            cleaned[field] = values.integer(problems, field, given[field], 1)
     strategy = cleaned.get("sharing_strategy") or (share.sharing_strategy if share else None)
     if "sharing_strategy" in given and cleaned["sharing_strategy"] is None:
         return cleaned  # the strategy is invalid: borrow_limit cannot be judged

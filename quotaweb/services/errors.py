@@ -66,6 +66,17 @@ class Conflict(ServiceError):
         super().__init__(message, code=code)
 
 
+class TooManyRequests(ServiceError):
+    """Over a rate limit (429): try again after `retry_after` seconds."""
+
+    status = 429
+    default_code = "TOO_MANY_REQUESTS"
+
+    def __init__(self, code: str, message: str, *, retry_after: int) -> None:
+        super().__init__(message, code=code)
+        self.retry_after = retry_after
+
+
 class NotFound(ServiceError):
     status = 404
     default_code = "NOT_FOUND"

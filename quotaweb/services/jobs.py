@@ -26,6 +26,7 @@ from ..scheduling.attempts import end_available_pool, end_pool_instances, settle
 from ..scheduling.clock import from_engine
 from . import values
 from .errors import Conflict, Forbidden, NotFound, Problems, ValidationFailed
+from .limits import check_submission_limits
 from .permissions import can_write_share
 from .submission import (
     MAX_PRIORITY,
@@ -89,6 +90,8 @@ def submit_job(user: User | None, **fields: Any) -> tuple[Job, bool]:
         if state == ShareState.DISABLED:
             raise Conflict("SHARE_DISABLED",
                            f"Quota share {share.name} is DISABLED and accepts no new jobs.")
+        if user is not None:
+            check_submission_limits(user, share, timezone.now())
         try:
             with transaction.atomic():  # a savepoint: the outer transaction survives a clash
                 job = Job.objects.create(

@@ -124,6 +124,13 @@ class ShareForm(forms.Form):
         help_text="A higher-priority job may preempt the share's own lower-priority jobs.")
     state = forms.ChoiceField(choices=[(v, v) for v in ShareState.values])
     max_keep_alive_seconds = forms.IntegerField(widget=NUMBER, label="Keep-alive cap (seconds)")
+    # Empty: unchanged (the share keeps its limit).
+    max_queued_jobs = forms.IntegerField(
+        required=False, widget=NUMBER, label="Queued jobs at most",
+        help_text="Jobs waiting in the share at once; more submissions are refused.")
+    max_submissions_per_minute = forms.IntegerField(
+        required=False, widget=NUMBER, label="Submissions per user per minute",
+        help_text="Jobs one user may submit to the share in any minute.")
     members = forms.ModelMultipleChoiceField(
         queryset=get_user_model().objects.order_by("username"), required=False,
         widget=forms.CheckboxSelectMultiple)
@@ -140,6 +147,8 @@ class ShareForm(forms.Form):
             "sharing_strategy": share.sharing_strategy, "borrow_limit": share.borrow_limit,
             "in_share_preemption": share.in_share_preemption, "state": share.state,
             "max_keep_alive_seconds": share.max_keep_alive_seconds,
+            "max_queued_jobs": share.max_queued_jobs,
+            "max_submissions_per_minute": share.max_submissions_per_minute,
             "members": list(share.members.order_by("username")),
         }
         for index, unit in enumerate(self.units):
@@ -165,8 +174,9 @@ class ShareForm(forms.Form):
                 self.current_limits:
             changes["capacity_limits"] = limits
         for field in ("sharing_strategy", "in_share_preemption", "state",
-                      "max_keep_alive_seconds"):
-            if data[field] != getattr(self.share, field):
+                      "max_keep_alive_seconds", "max_queued_jobs",
+                      "max_submissions_per_minute"):
+            if data[field] is not None and data[field] != getattr(self.share, field):
                 changes[field] = data[field]
         # Empty reads as "no value": unlimited for LEND_AND_BORROW, none otherwise; with a
         # new strategy an emptied field is left to the services (they clear or default it).

@@ -86,7 +86,7 @@ def test_list_and_get_quota_shares(api: ApiFor) -> None:
         "name": "QS1", "capacity_limits": [{"capacity_unit": UNIT, "max_capacity": 2}],
         "sharing_strategy": "LEND_AND_BORROW", "borrow_limit": 100,
         "in_share_preemption": False, "state": "ENABLED", "max_keep_alive_seconds": 3600,
-        "members": ["member"],
+        "max_queued_jobs": 1000, "max_submissions_per_minute": 120, "members": ["member"],
         "usage": {UNIT: {"limit": 2, "in_use": 0, "own": 0, "borrowed": 0, "lent": 0,
                          "warm": 0, "queued": 0}},
     }

@@ -78,7 +78,7 @@ OPERATIONS = {
     ("get", "/api/v1/jobs/{job_id}/logs"), ("get", "/api/v1/warm-pools"),
     ("get", "/api/v1/usage"), ("get", "/api/v1/events"),
     ("get", "/api/v1/tokens"), ("post", "/api/v1/tokens"),
-    ("delete", "/api/v1/tokens/{token_id}"),
+    ("delete", "/api/v1/tokens/{token_id}"), ("post", "/api/v1/tokens/revoke-all"),
 }
 JOB_FIELDS = {
     "id", "name", "quota_share", "priority", "status", "status_reason", "pending_reason",

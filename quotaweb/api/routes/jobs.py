@@ -48,11 +48,15 @@ def _job_out(request: HttpRequest, job_id: int) -> dict[str, Any]:
     return single_job_dict(_job(job_id), Reader(current_user(request)))
 
 
-@router.post("/jobs", response={200: JobOut, 201: JobOut, **error_responses(WRITE_ERRORS)},
+@router.post("/jobs",
+             response={200: JobOut, 201: JobOut, **error_responses((*WRITE_ERRORS, 429))},
              operation_id="submit_job", summary="Submit a job")
 def submit_job(request: HttpRequest, payload: JobIn) -> Status:
     """201 with the new job; 200 with the first job when the same user repeats the same
-    request with the same client_token; 409 when that token came with other fields."""
+    request with the same client_token; 409 when that token came with other fields, or
+    when the share already holds max_queued_jobs queued jobs (QUEUE_FULL); 429 (with
+    Retry-After) when you submitted max_submissions_per_minute jobs to the share in the
+    last minute (TOO_MANY_SUBMISSIONS)."""
     fields = payload.model_dump(exclude_unset=True)
     job, created = job_services.submit_job(current_user(request), **fields)
     if created:

@@ -7,6 +7,7 @@ from typing import Literal
 from ninja import Schema
 from pydantic import Field
 
+from ...models.shares import DEFAULT_MAX_QUEUED_JOBS, DEFAULT_MAX_SUBMISSIONS_PER_MINUTE
 from ...services.configuration import MAX_BORROW_LIMIT, MAX_KEEP_ALIVE_SECONDS, MAX_LIMITS
 from ...services.values import MAX_INT
 from .common import RequestBody, UnitName, Username
@@ -18,6 +19,12 @@ BORROW_LIMIT = {"minimum": -1, "maximum": MAX_BORROW_LIMIT,
                 "description": "LEND_AND_BORROW only: percent of each limit that may be "
                                "borrowed on top; -1 unlimited (the default)."}
 KEEP_ALIVE_CAP = {"minimum": 0, "maximum": MAX_KEEP_ALIVE_SECONDS}
+QUEUED_JOBS = {"minimum": 1, "maximum": MAX_INT,
+               "description": "Jobs the share may have waiting (SUBMITTED or RUNNABLE) at "
+                              "once; a submission beyond it is a 409 QUEUE_FULL."}
+SUBMISSIONS_PER_MINUTE = {"minimum": 1, "maximum": MAX_INT,
+                          "description": "Jobs one user may submit to the share in any "
+                                         "minute; beyond it a 429 TOO_MANY_SUBMISSIONS."}
 
 
 # Capacity -----------------------------------------------------------------------------
@@ -70,6 +77,9 @@ class QuotaShareIn(RequestBody):
     in_share_preemption: bool = False
     state: ShareState = "ENABLED"
     max_keep_alive_seconds: int = Field(MAX_KEEP_ALIVE_SECONDS, json_schema_extra=KEEP_ALIVE_CAP)
+    max_queued_jobs: int = Field(DEFAULT_MAX_QUEUED_JOBS, json_schema_extra=QUEUED_JOBS)
+    max_submissions_per_minute: int = Field(DEFAULT_MAX_SUBMISSIONS_PER_MINUTE,
+                                            json_schema_extra=SUBMISSIONS_PER_MINUTE)
     members: list[Username] = Field(default_factory=list, description="Usernames.")
 
 
@@ -87,6 +97,8 @@ class QuotaSharePatch(RequestBody):
     state: ShareState = None
     max_keep_alive_seconds: int = Field(None,
                                         json_schema_extra=KEEP_ALIVE_CAP)
+    max_queued_jobs: int = Field(None, json_schema_extra=QUEUED_JOBS)
+    max_submissions_per_minute: int = Field(None, json_schema_extra=SUBMISSIONS_PER_MINUTE)
     members: list[Username] = Field(None, description="Usernames.")
 
 
@@ -113,6 +125,8 @@ class QuotaShareOut(Schema):
     in_share_preemption: bool
     state: ShareState
     max_keep_alive_seconds: int
+    max_queued_jobs: int
+    max_submissions_per_minute: int
     members: list[str]
     usage: dict[str, UsageFiguresOut] = Field(
         description="Per capacity unit: the share's figures after the latest cycle.")

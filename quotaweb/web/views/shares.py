@@ -10,7 +10,8 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 
-from ...models import CapacityUnit, QuotaShare
+from ...models import CapacityUnit, Job, QuotaShare
+from ...models.jobs import QUEUED_STATUSES
 from ...services import configuration
 from ...services.errors import ServiceError
 from ...services.permissions import can_manage_configuration, can_write_share
@@ -65,6 +66,7 @@ def _context(request: HttpRequest, share: QuotaShare, form: ShareForm | None) ->
         "timeline": usage_data.timeline(now, share, upto=config),
         "totals": usage_data.lending_totals(share, now),
         "can_submit": can_write_share(request.user, share),
+        "queued": Job.objects.filter(quota_share=share, status__in=QUEUED_STATUSES).count(),
     }
 
 

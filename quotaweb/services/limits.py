@@ -1,0 +1,46 @@
+"""A quota share's queue limits (SPEC.md 4 leaves them to the operator): one member must
+not be able to flood a share's queue, since every queued job costs every scheduling cycle.
+
+- max_queued_jobs: jobs waiting (SUBMITTED or RUNNABLE) in the share at once; a submission
+  beyond it is a 409 QUEUE_FULL until some start or end.
+- max_submissions_per_minute: jobs one user submits to the share in any 60 s; beyond it a
+  429 TOO_MANY_SUBMISSIONS, with the seconds until the oldest of them leaves the window.
+
+Both are checked under the event lock, which every submission holds while it writes, so
+concurrent submissions cannot slip past a limit together.  Jobs the system submits (no
+user) and repeats of a client_token (no new job) are not counted against them.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timedelta
+from typing import Any
+
+from ..models import Job, QuotaShare
+from ..models.jobs import QUEUED_STATUSES
+from .errors import Conflict, TooManyRequests
+
+WINDOW = timedelta(minutes=1)
+
+
+def check_submission_limits(user: Any, share: QuotaShare, now: datetime) -> None:
+    """Refuse a new job for `user` in `share` that would exceed either limit."""
+    queued = Job.objects.filter(quota_share=share, status__in=QUEUED_STATUSES).count()
+    if queued >= share.max_queued_jobs:
+        raise Conflict("QUEUE_FULL",
+                       f"Quota share {share.name} already has {queued} queued jobs, its limit "
+                       f"(max_queued_jobs {share.max_queued_jobs}); submit again when some "
+                       "have started or ended.")
+    recent = list(Job.objects.filter(quota_share=share, submitted_by=user,
+                                     created_at__gt=now - WINDOW)
+                  .order_by("-created_at").values_list("created_at", flat=True)
+                  [:share.max_submissions_per_minute])
+    if len(recent) >= share.max_submissions_per_minute:
+        wait = max(1, math.ceil((recent[-1] + WINDOW - now).total_seconds()))
+        raise TooManyRequests(
+            "TOO_MANY_SUBMISSIONS",
+            f"You submitted {len(recent)} jobs to quota share {share.name} in the last "
+            f"minute, its limit (max_submissions_per_minute "
+            f"{share.max_submissions_per_minute}); try again in {wait} s.",
+            retry_after=wait)
