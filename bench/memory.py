@@ -73,6 +73,9 @@ def fill(jobs: int) -> tuple[str, str]:
     admin = get_user_model().objects.create_user("admin", password="bench-password-1",
                                                  is_staff=True, is_superuser=True)
     _, raw = ApiToken.issue(admin, name="bench")
+    # The steady state holds more queued jobs than a share's default max_queued_jobs.
+    QuotaShare.objects.update(max_queued_jobs=2_147_483_647,
+                              max_submissions_per_minute=2_147_483_647)
     share = QuotaShare.objects.order_by("name").first()
     assert share is not None
     connections.close_all()
