@@ -8,9 +8,10 @@ from collections import defaultdict
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Max, OuterRef, Q, Subquery
+from django.db.models import Count, Max, OuterRef, Q, Subquery
 
 from ..models import CapacityLimit, CapacityUnit, Event, Job, QuotaShare, UsageSample
+from ..models.jobs import QUEUED_STATUSES
 from ..realtime import serializers
 from ..realtime.serializers import FIGURES
 from . import figures, grace
@@ -53,10 +54,21 @@ def latest_figures() -> dict[str, dict[str, int]]:
             for s in serializers.latest_usage_rows()}
 
 
+def queued_jobs() -> dict[str, int]:
+    """series key → jobs waiting (SUBMITTED or RUNNABLE): the usage figure `queued`
+    counts their instances, which says little without the number of jobs beside it."""
+    return {figures.series_key(share, unit): count for share, unit, count in
+            Job.objects.filter(status__in=QUEUED_STATUSES)
+            .values_list("quota_share__name", "instance_type")
+            .annotate(count=Count("id")).values_list("quota_share__name", "instance_type",
+                                                     "count")}
+
+
 def share_cards(shares: list[QuotaShare]) -> list[Row]:
     """A card per share: its settings and, per unit, its latest figures (zeros with the
-    configured limit before any cycle has recorded a sample)."""
+    configured limit before any cycle has recorded a sample) and its queued jobs."""
     latest = latest_figures()
+    waiting = queued_jobs()
     colours = share_colours()
     limits: dict[int, list[tuple[str, int]]] = defaultdict(list)
     for share_id, unit, limit in CapacityLimit.objects.filter(
@@ -69,26 +81,30 @@ def share_cards(shares: list[QuotaShare]) -> list[Row]:
         for unit, limit in limits[share.pk]:
             key = figures.series_key(share.name, unit)
             values = latest.get(key) or {**{f: 0 for f in FIGURES}, "limit": limit}
-            units.append({"unit": unit, "key": key, **values})
+            units.append({"unit": unit, "key": key, **values,
+                          "queued_jobs": waiting.get(key, 0)})
         cards.append({"share": share, "colour": colours.get(share.name), "units": units})
     return cards
 
 
 def fleet_glance() -> list[Row]:
     """Per capacity unit: capacity, instances in use (warm pools included), warm, idle
-    (nobody holds them), queued, and Σ share limits."""
+    (nobody holds them), queued instances and queued jobs, and Σ share limits."""
     totals: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for key, values in latest_figures().items():
         unit = key.split("|", 1)[1]
         for figure in ("in_use", "warm", "queued", "limit"):
             totals[unit][figure] += values[figure]
+    for key, count in queued_jobs().items():
+        totals[key.split("|", 1)[1]]["queued_jobs"] += count
     rows = []
     for unit in CapacityUnit.objects.order_by("name"):
         used = totals[unit.name]
         rows.append({
             "name": unit.name, "capacity": unit.max_capacity, "in_use": used["in_use"],
             "warm": used["warm"], "idle": max(0, unit.max_capacity - used["in_use"]),
-            "queued": used["queued"], "limits": used["limit"],
+            "queued": used["queued"], "queued_jobs": used["queued_jobs"],
+            "limits": used["limit"],
             "warm_pool_limit": unit.warm_pool_limit,
         })
     return rows

@@ -402,6 +402,22 @@ def test_a_preempted_job_shows_who_preempted_it(
     assert markers[0]["customdata"] == [["qs1_job_med", "qs2_job_1", "CROSS_SHARE"]]
 
 
+def test_cards_and_the_fleet_count_queued_jobs_and_queued_instances_apart(
+    walkthrough_config: Any, member: Any, client_for: ClientFor
+) -> None:
+    CapacityUnit.objects.filter(name=UNIT).update(max_capacity=9)
+    for name in ("wide", "wider"):
+        _submit(name, share="QS3", instance_count=4 if name == "wide" else 5)
+    run_cycle(now=timezone.now())  # QS3 (RESERVE, limit 1) can hold neither: both wait
+    html = client_for(member).get("/").content.decode()
+    card = html.split('data-share="QS3"')[1].split("</article>")[0]
+    assert re.search(r"<dt>queued jobs</dt><dd[^>]*>2</dd>", card)
+    assert re.search(r"<dt>queued instances</dt><dd[^>]*>9</dd>", card)
+    tile = client_for(member).get("/live/fleet-glance").content.decode()
+    assert re.search(r"<dt>queued jobs</dt><dd>2</dd>", tile)
+    assert re.search(r"<dt>queued instances</dt><dd>9</dd>", tile)
+
+
 def _reclaim(seconds_ago: float) -> dict[str, Job]:
     """The walkthrough's reclaim `seconds_ago`, with med RUNNING when it came: med was
     sent SIGTERM then, with a grace period of 30 s, while qs2_job_1 waits SCHEDULED."""
