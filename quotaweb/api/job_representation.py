@@ -15,8 +15,9 @@ from django.utils import timezone
 
 from ..models import Attempt, Job
 from ..models.jobs import Executor, JobStatus, Outcome
-from ..models.warm_pools import PoolStatus, WarmPoolSegment
+from ..models.warm_pools import WarmPoolSegment
 from ..realtime.serializers import pending_reason
+from ..services.billing import segment_billable_seconds
 from ..services.permissions import is_admin
 
 RECENT_PREEMPTIONS = 5
@@ -199,10 +200,8 @@ def warm_pool_dict(segment: WarmPoolSegment | None, now: datetime) -> dict[str, 
 
 
 def billable_seconds(segment: WarmPoolSegment, now: datetime) -> float:
-    seconds = segment.retained_billable_seconds
-    if segment.status == PoolStatus.AVAILABLE and segment.available_since is not None:
-        seconds += max(0.0, (now - segment.available_since).total_seconds())
-    return seconds
+    """The job's segment (services.billing, the one computation)."""
+    return segment_billable_seconds(segment, now)
 
 
 def _segment(job: Job) -> WarmPoolSegment | None:

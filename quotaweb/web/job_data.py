@@ -6,15 +6,15 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from django.db.models import QuerySet, Sum
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from ..models import Attempt, Job, LogLine, QuotaShare, WarmPool, WarmPoolSegment
 from ..models.jobs import ACTIVE_STATUSES, QUEUED_STATUSES, JobStatus
 from ..models.warm_pools import PoolStatus
 from ..realtime.serializers import pending_reason
+from ..services.billing import owner_segment, pool_billable_seconds, with_chain_billing
 from . import grace
-from .series import billable_seconds
 
 # How a list of jobs is grouped: what holds capacity first, then what waits, then history.
 STATUS_ORDER = (JobStatus.RUNNING, JobStatus.STARTING, JobStatus.SCHEDULED,
@@ -103,9 +103,8 @@ def log_tail(job: Job, lines: int = LOG_TAIL_LINES) -> list[LogLine]:
 def pool_rows(now: datetime, *, live: bool) -> list[Row]:
     """Warm pools with their owner's segment: live ones (Available, InUse) by expiry, or
     the latest terminated ones."""
-    pools: QuerySet[WarmPool] = WarmPool.objects.select_related(
-        "quota_share", "owner", "owner__warm_pool_segment",
-    ).annotate(billed=Sum("segments__retained_billable_seconds"))
+    pools: QuerySet[WarmPool] = with_chain_billing(WarmPool.objects.select_related(
+        "quota_share", "owner", "owner__warm_pool_segment"))
     if live:
         pools = pools.filter(status__in=(PoolStatus.AVAILABLE, PoolStatus.IN_USE))
         ordered = sorted(pools, key=lambda p: (p.status != PoolStatus.AVAILABLE,
@@ -117,19 +116,14 @@ def pool_rows(now: datetime, *, live: bool) -> list[Row]:
 
 def pool_row(pool: WarmPool, now: datetime) -> Row:
     """A pool's row; its billable time is that of every job's segment along its chain
-    (annotated `billed`), growing while it stands Available."""
-    try:
-        owned: WarmPoolSegment | None = pool.owner.warm_pool_segment
-    except WarmPoolSegment.DoesNotExist:
-        owned = None
+    (services.billing, as the API gives it), growing while it stands Available."""
+    owned = owner_segment(pool)
     available = pool.status == PoolStatus.AVAILABLE
     since = owned.available_since if owned is not None and available else None
-    retained = float(getattr(pool, "billed", None) or 0.0)
     return {
         "pool": pool, "segment": owned,
         "keep_alive_seconds": owned.keep_alive_seconds if owned is not None else None,
-        "billable_seconds": billable_seconds(retained, since, now),
-        "retained_seconds": retained, "available_since": since,
+        "billable_seconds": pool_billable_seconds(pool, now), "available_since": since,
         "matching": matching_attributes(pool),
     }
 

@@ -41,15 +41,6 @@ def integrate(samples: Iterable[Sample], field: str, start: Moment, end: Moment)
     return total
 
 
-def billable_seconds(retained: float, available_since: Moment | None, now: Moment) -> float:
-    """A warm pool segment's billable seconds (SPEC.md 6, Charging): what it retained
-    before, plus the time it has stood Available since `available_since` (None when it is
-    not Available now)."""
-    if available_since is None:
-        return retained
-    return retained + max(0.0, (parse_time(now) - parse_time(available_since)).total_seconds())
-
-
 def duration_text(seconds: float | None) -> str:
     """A short human duration: 45 s, 3 min 5 s, 2 h 4 min, 1 d 3 h."""
     if seconds is None:

@@ -346,11 +346,6 @@ def test_integrate_reads_samples_as_a_step_function(
     assert series.integrate(samples, "borrowed", at(start), at(end)) == pytest.approx(expected)
 
 
-def test_billable_seconds_grow_while_available() -> None:
-    assert series.billable_seconds(12.5, None, NOW) == 12.5
-    assert series.billable_seconds(10, at(1), NOW) == pytest.approx(70)
-
-
 def test_times_must_carry_a_zone() -> None:
     with pytest.raises(ValueError):
         series.parse_time("2026-01-01T00:00:00")

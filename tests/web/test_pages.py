@@ -576,6 +576,34 @@ def test_a_finished_job_with_an_available_pool_offers_only_its_keep_alive(
     assert "Available" in status and "data-countdown=" in status
 
 
+def _page_billable(html: str, pool: WarmPool) -> float:
+    row = html.split(f'data-pool="{pool.pk}"')[1].split("</tr>")[0]
+    found = re.search(r'<td class="num">(?:<span[^>]*>)?(\d+)(?:</span>)? s</td>', row)
+    assert found, row
+    return float(found.group(1))
+
+
+@pytest.mark.parametrize("reused", [False, True])
+def test_the_warm_pools_page_and_the_api_give_one_billable_figure(
+    warm_pool: Job, member: Any, client_for: ClientFor, reused: bool
+) -> None:
+    """A pool stood Available for 100 s; reused since (its new owner's segment InUse,
+    0 s of its own), the pool has still cost 100 s: the page and the API (so the CLI)
+    both say so, from services.billing."""
+    pool = WarmPool.objects.get()
+    if reused:
+        _submit("reuser", share="QS3", duration_seconds=600)
+        run_cycle(now=timezone.now())
+        pool.refresh_from_db()
+        assert pool.status == "InUse"
+    client = client_for(member)
+    page = _page_billable(client.get("/warm-pools").content.decode(), pool)
+    listed = client.get("/api/v1/warm-pools").json()["warm_pools"]
+    api = next(p for p in listed if p["id"] == pool.pk)["retained_billable_seconds"]
+    assert 95 <= api <= 110
+    assert page == pytest.approx(api, abs=1)
+
+
 def test_the_fleet_figure_has_a_bar_per_instance_and_the_warm_period(
     warm_pool: Job, member: Any, client_for: ClientFor
 ) -> None:

@@ -13,10 +13,10 @@ from pydantic import Field
 from ...models import WarmPool
 from ...models.warm_pools import WarmPoolSegment
 from ...realtime.serializers import event_rows, usage_dict, usage_rows
+from ...services.billing import pool_billable_seconds, with_chain_billing
 from ...services.permissions import share_ids_with_secrets
 from ..auth import current_user
 from ..errors import READ_ERRORS, error_responses
-from ..job_representation import billable_seconds
 from ..pagination import decode_cursor, encode_cursor
 from ..schemas.activity import EventListOut, UsageOut, WarmPoolListOut
 from ..schemas.common import MAX_ID, IsoTime, ShareName, UnitName
@@ -57,8 +57,8 @@ class EventFilters(Schema):
 @router.get("/warm-pools", response={200: WarmPoolListOut, **error_responses(READ_ERRORS)},
             operation_id="list_warm_pools", summary="List warm pools, newest first")
 def list_warm_pools(request: HttpRequest, filters: Query[PoolFilters]) -> dict[str, Any]:
-    rows = WarmPool.objects.select_related(
-        "quota_share", "owner", "owner__warm_pool_segment").order_by("-id")
+    rows = with_chain_billing(WarmPool.objects.select_related(
+        "quota_share", "owner", "owner__warm_pool_segment")).order_by("-id")
     if filters.status:
         rows = rows.filter(status__in=filters.status)
     if filters.quota_share is not None:
@@ -93,7 +93,8 @@ def pool_dict(pool: WarmPool, now: datetime,
         "keep_alive_seconds": segment.keep_alive_seconds if segment else None,
         "expires_at": pool.expires_at,
         "created_at": pool.created_at,
-        "retained_billable_seconds": billable_seconds(segment, now) if segment else 0.0,
+        # The whole chain's billable time, as the warm-pools page shows it.
+        "retained_billable_seconds": pool_billable_seconds(pool, now),
         "cache_directory": pool.cache_directory
         if secret_shares is None or pool.quota_share_id in secret_shares else None,
         "termination_reason": pool.termination_reason,

@@ -19,11 +19,11 @@ from ...models import Job
 from ...models.warm_pools import PoolStatus
 from ...realtime.serializers import pending_reason
 from ...services import jobs as job_service
+from ...services.billing import segment_billable_seconds
 from ...services.errors import Forbidden, ServiceError
 from ...services.permissions import can_see_job_secrets, can_write_share
 from .. import grace, job_data
 from ..forms import KeepAliveForm, PriorityForm, SubmitForm, TerminateForm, show_errors
-from ..series import billable_seconds
 from .common import live_config, member_shares
 
 
@@ -45,8 +45,7 @@ def status_context(job: Job) -> dict[str, Any]:
         "job": job, "attempts": attempts, "segment": segment,
         "pending": pending_reason(job), "position": position,
         "preemptions": [a for a in attempts if a.outcome == "PREEMPTED"],
-        "billable_seconds": billable_seconds(segment.retained_billable_seconds, since, now)
-        if segment else 0.0,
+        "billable_seconds": segment_billable_seconds(segment, now) if segment else 0.0,
         "billable_since": since,
         "stopping": grace.stopping(now, [job.pk]).get(job.pk),
         "waiting": grace.waiting(now, [job]).get(job.pk),
