@@ -78,10 +78,21 @@ def integer(
         return None
     assert isinstance(value, int)
     if not low <= value <= high:
-        span = f"at least {low}" if high == MAX_INT else f"between {low} and {high}"
-        problems.add(field, f"{field} must be {span}, not {value}.")
+        if high != MAX_INT:
+            span = f"between {low} and {high}"
+        else:  # the largest value is the database's, not a rule: name the side broken
+            span = f"at least {low}" if value < low else f"at most {high}"
+        problems.add(field, f"{field} must be {span}, not {shown_number(value)}.")
         return None
     return value
+
+
+def shown_number(value: int) -> str:
+    """A number as a message quotes it: a very long one cut, with its length."""
+    digits = str(value)
+    if len(digits) <= 20:
+        return digits
+    return f"{digits[:12]}… ({len(digits.lstrip('-'))} digits)"
 
 
 def boolean(problems: Problems, field: str, value: object) -> bool | None:

@@ -82,3 +82,27 @@ def test_charts_keep_their_height_after_the_window_is_resized_twice(
         page.wait_for_timeout(REDRAW_WAIT_MS)
         _assert_chart_fits(page, "#fleet", "#fleet + script + .key", wanted)
     assert page.errors == []
+
+
+def test_a_long_number_and_its_message_stay_inside_the_field_column(
+    signed_in: SignedIn, server: QuotawebServer, tmp_path: Path
+) -> None:
+    page = signed_in("alice")
+    page.goto(f"{server.url}/submit")
+    page.fill("input[name=name]", "too_many")
+    page.fill("input[name=instance_count]", "9" * 60)
+    page.fill("input[name=duration_seconds]", "60")
+    page.click("form button[type=submit].primary")
+    field = page.locator(".field.has-error", has=page.locator("input[name=instance_count]"))
+    error = field.locator(".field-error")
+    assert "instance_count must be at most 2147483647, not 999999999999… (60 digits)." in \
+        error.inner_text()
+    page.screenshot(path=str(screenshot_folder(tmp_path) / "submit-long-number.png"),
+                    full_page=True)
+    neighbour = page.locator(".field", has=page.locator("input[name=priority]"))
+    column = neighbour.bounding_box()
+    box = field.bounding_box()
+    assert column is not None and box is not None
+    assert box["width"] <= column["width"] + 1, (box, column)
+    assert error.evaluate("e => e.scrollWidth <= e.clientWidth")
+    assert not page.evaluate("document.documentElement.scrollWidth > innerWidth + 1")

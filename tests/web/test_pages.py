@@ -302,6 +302,23 @@ def test_an_invalid_submission_shows_each_problem_on_its_field_and_makes_no_job(
     assert not Job.objects.exists()
 
 
+def test_a_number_above_the_largest_allowed_says_at_most_and_a_long_one_is_cut(
+    walkthrough_config: Any, member: Any, client_for: ClientFor
+) -> None:
+    response = client_for(member).post("/submit", _submission(
+        instance_count="3000000000", max_runtime_seconds="9" * 60))
+    assert response.status_code == 422
+    html = response.content.decode()
+    for field, words in (
+        ("instance_count", "instance_count must be at most 2147483647, not 3000000000."),
+        ("max_runtime_seconds", "must be at most 2147483647, not 999999999999… (60 digits)."),
+    ):
+        block = re.search(rf'<label for="id_{field}">.*?</div>', html, re.S)
+        assert block and words in block.group(0), (field, block and block.group(0))
+        assert "at least" not in block.group(0)
+    assert not Job.objects.exists()
+
+
 def test_a_member_cannot_submit_to_another_share_by_editing_the_form(
     walkthrough_config: Any, other: Any, client_for: ClientFor
 ) -> None:
