@@ -10,6 +10,7 @@ must be given.
 from __future__ import annotations
 
 import secrets
+from datetime import timedelta
 from pathlib import Path
 
 from . import env
@@ -56,6 +57,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "channels",
     "ninja",  # for the Swagger UI files it ships, served from static/ (no CDN)
+    "axes",  # sign-in throttling: see AXES_* below
     "quotaweb",
 ]
 
@@ -69,7 +71,27 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as django-axes asks: it answers a locked-out sign-in with its lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
+
+# Sign-in throttling (django-axes): after QUOTAWEB_SIGN_IN_FAILURE_LIMIT failed sign-ins for
+# one username, or from one address, further sign-ins for it (or from it) are refused
+# with 429 until QUOTAWEB_SIGN_IN_WINDOW_SECONDS have passed since the last failure; the
+# right password then signs in again.  Failures are kept in the database, so every web
+# process counts the same ones.  Bearer tokens do not sign in and are not counted.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env.integer("QUOTAWEB_SIGN_IN_FAILURE_LIMIT", 5, low=1)
+AXES_COOLOFF_TIME = timedelta(seconds=env.integer("QUOTAWEB_SIGN_IN_WINDOW_SECONDS", 900, low=1))
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]  # either one locks out
+AXES_RESET_ON_SUCCESS = True
+# Tries during the pause do not prolong it: the window is what the setting says.
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+AXES_VERBOSE = False
 
 ROOT_URLCONF = "quotaweb.urls"
 ASGI_APPLICATION = "quotaweb.asgi.application"

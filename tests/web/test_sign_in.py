@@ -1,0 +1,88 @@
+"""Sign-in throttling (issue 11, item 4; django-axes): after AXES_FAILURE_LIMIT failed
+sign-ins for one username, or from one address, sign-in for it is refused with a clear
+429 page, even with the right password, until the window (QUOTAWEB_SIGN_IN_WINDOW_SECONDS)
+has passed; a success resets the count."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.db.models import F
+from django.test import Client
+
+pytestmark = pytest.mark.django_db
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def sign_in(username: str, password: str, address: str = "10.0.0.1") -> Any:
+    client = Client(REMOTE_ADDR=address)
+    response = client.post("/accounts/login/", {"username": username, "password": password})
+    response.signed_in = "_auth_user_id" in client.session
+    return response
+
+
+def test_the_right_password_after_many_wrong_ones_is_refused_with_a_clear_message(
+        admin: Any, settings: Any) -> None:
+    for number in range(settings.AXES_FAILURE_LIMIT):
+        failed = sign_in("admin", "wrong", address=f"10.0.1.{number}")  # a new address each
+        assert not failed.signed_in
+        # The form again, until the failure that reaches the limit pauses sign-in.
+        last = number == settings.AXES_FAILURE_LIMIT - 1
+        assert failed.status_code == (429 if last else 200)
+    refused = sign_in("admin", "password", address="10.0.2.1")
+    assert refused.status_code == 429 and not refused.signed_in
+    text = refused.content.decode()
+    assert "Too many failed sign-ins" in text and "admin" in text
+    assert f"after {settings.AXES_FAILURE_LIMIT} failed attempts" in text
+    assert "Try again in" in text
+
+
+def test_many_failures_from_one_address_pause_sign_in_from_it_only(
+        member: Any, settings: Any) -> None:
+    for number in range(settings.AXES_FAILURE_LIMIT):
+        sign_in(f"guess{number}", "wrong", address="10.0.3.1")
+    assert sign_in("member", "password", address="10.0.3.1").status_code == 429
+    elsewhere = sign_in("member", "password", address="10.0.3.2")
+    assert elsewhere.status_code == 302 and elsewhere.signed_in
+
+
+def test_a_success_before_the_limit_resets_the_count(member: Any, settings: Any) -> None:
+    for _ in range(2):
+        for _ in range(settings.AXES_FAILURE_LIMIT - 1):
+            sign_in("member", "wrong")
+        assert sign_in("member", "password").signed_in
+
+
+def test_after_the_window_the_right_password_signs_in_again(member: Any,
+                                                           settings: Any) -> None:
+    from axes.models import AccessAttempt
+
+    settings.AXES_COOLOFF_TIME = timedelta(seconds=600)
+    for _ in range(settings.AXES_FAILURE_LIMIT):
+        sign_in("member", "wrong")
+    assert sign_in("member", "password").status_code == 429
+    # Nearly 10 minutes later: still paused; past them, the window has passed.
+    AccessAttempt.objects.update(attempt_time=F("attempt_time") - timedelta(seconds=570))
+    assert sign_in("member", "password").status_code == 429
+    AccessAttempt.objects.update(attempt_time=F("attempt_time") - timedelta(seconds=60))
+    assert sign_in("member", "password").signed_in
+
+
+def test_the_limit_and_the_window_come_from_the_environment(tmp_path: Path) -> None:
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("REDIS_URL",) and not key.startswith("QUOTAWEB_")}
+    env.update(DJANGO_SETTINGS_MODULE="quotaweb.settings", QUOTAWEB_DATA_DIR=str(tmp_path),
+               QUOTAWEB_SIGN_IN_FAILURE_LIMIT="7", QUOTAWEB_SIGN_IN_WINDOW_SECONDS="60")
+    code = ("import django; django.setup(); from django.conf import settings as s; "
+            "print(s.AXES_FAILURE_LIMIT, int(s.AXES_COOLOFF_TIME.total_seconds()), "
+            "s.AXES_LOCKOUT_PARAMETERS)")
+    shown = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env,
+                           capture_output=True, text=True, timeout=60)
+    assert shown.stdout.split("\n")[0] == "7 60 ['username', 'ip_address']", shown.stderr
