@@ -93,8 +93,24 @@ def enqueue_launch(attempt_id: int) -> bool:
     key = LAUNCH_KEY.format(attempt_id=attempt_id)
     if not redis_client().set(key, "1", nx=True, ex=LAUNCH_KEY_SECONDS):
         return False
-    start_attempt.apply_async(args=[attempt_id], queue=launch_queue(attempt_id))
+    for queue in launch_queues(attempt_id):
+        start_attempt.apply_async(args=[attempt_id], queue=queue)
     return True
+
+
+def launch_queues(attempt_id: int) -> list[str]:
+    """One queue per host that runs a part of the attempt: the hosts its instances span
+    (one process each, docs/executors.md), or the one launch_queue names."""
+    from .executors.registry import placement
+    from .executors.routing import machine_queue
+    from .models import Attempt
+
+    row = Attempt.objects.filter(pk=attempt_id).values("instances", "job__instance_type").first()
+    if row is not None:
+        where = placement(row["job__instance_type"], row["instances"] or [])
+        if len(where.ranks) > 1:
+            return [machine_queue(host) for host in where.hosts]
+    return [launch_queue(attempt_id)]
 
 
 def launch_queue(attempt_id: int) -> str:
@@ -113,8 +129,7 @@ def launch_queue(attempt_id: int) -> str:
         return SHARED_QUEUE
     where = placement(row["job__instance_type"], row["instances"] or [])
     if where.ranks:
-        # Declared instances run on their host and nowhere else (one that spans hosts is
-        # failed there, with the reason).
+        # Declared instances run on their host and nowhere else.
         return machine_queue(where.ranks[0].host)
     if not row["warm_pool__host"]:
         return SHARED_QUEUE

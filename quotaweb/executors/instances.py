@@ -151,3 +151,18 @@ def place(numbers: Sequence[int], hosted: dict[int, tuple[str, str]]) -> Placeme
     ]
     ranks.sort(key=lambda rank: rank.instances[0])
     return Placement(tuple(ranks), tuple(unhosted))
+
+
+@dataclass(frozen=True)
+class Role:
+    """What one host runs of an attempt: rank `index` of the attempt's hosts (rank 0 is
+    the host of its lowest instance number, and MASTER_ADDR)."""
+
+    index: int
+    rank: Rank
+    hosts: tuple[str, ...]
+    master_address: str
+
+    @property
+    def world_size(self) -> int:
+        return len(self.hosts)

@@ -41,15 +41,14 @@ from ..models import Attempt, LogLine
 from ..models.jobs import Executor, JobStatus
 from ..scheduling import events, transitions
 from ..scheduling.attempts import AttemptAlreadyEnded, finish_attempt
-from . import registry
-from .instances import Rank
+from . import ranks, registry
+from .instances import Rank, Role
 from .paths import attempt_cache_directory, attempt_log_path, work_dir
 from .sandbox import SANDBOX_UMASK, IsolationUnavailable, Sandbox, isolation
 
 log = logging.getLogger(__name__)
 
-SPANS_HOSTS = ("Its instances are on several hosts ({hosts}) or partly on none; an attempt "
-               "runs on one host in this version")
+UNDECLARED = "No executor host declares instances {numbers} of {unit}"
 JOB_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 MASTER_PORT_BASE, MASTER_PORT_SPAN = 29500, 10000
 # Attempt.pid while the host that claimed the attempt is starting its process: not null, so
@@ -61,15 +60,19 @@ CACHE_VARIABLES = ("QUOTAWEB_WARMPOOL_CACHE_DIRECTORY",
 LOG_LIMIT_NOTICE = ("[quotaweb] The log limit of {limit:,} bytes per attempt is reached: "
                     "the rest of this attempt's output is not kept.")
 MAX_LINE_BYTES = 16_384  # a longer line is shipped in pieces
+RANK_LINE_NUMBERS = 100_000_000  # a rank's lines are numbered from rank × this
 READ_BYTES = 1 << 20  # read at most this much of a log per poll, so one chatty job cannot stall
 
 
-def run_directory(attempt: Attempt) -> Path:
-    return work_dir() / "runs" / f"job-{attempt.job_id}" / f"attempt-{attempt.number}"
+def run_directory(attempt: Attempt, rank: int = 0) -> Path:
+    """The command's working directory and HOME; rank 1 and up of a multi-host attempt
+    get their own (hosts may share WORK_DIR)."""
+    suffix = f"-rank-{rank}" if rank else ""
+    return work_dir() / "runs" / f"job-{attempt.job_id}" / f"attempt-{attempt.number}{suffix}"
 
 
 def job_environment(attempt: Attempt, cache_directory: Path | None,
-                    rank: Rank | None = None, user: str | None = None) -> dict[str, str]:
+                    role: Role | None = None, user: str | None = None) -> dict[str, str]:
     """What the command sees: a few harmless variables, the job's own, then what Quotaweb
     sets (which the job cannot override): ids, its instances and devices, the distributed
     training conventions and the warm-pool cache directory."""
@@ -77,7 +80,7 @@ def job_environment(attempt: Attempt, cache_directory: Path | None,
     environment = {name: os.environ[name] for name in PASSED_THROUGH if name in os.environ}
     environment["PATH"] = JOB_PATH
     if user is not None:
-        home = run_directory(attempt)
+        home = run_directory(attempt, role.index if role else 0)
         environment.update({"USER": user, "LOGNAME": user, "HOME": str(home)})
     environment.update({str(k): str(v) for k, v in (job.environment or {}).items()})
     environment.update({
@@ -85,26 +88,31 @@ def job_environment(attempt: Attempt, cache_directory: Path | None,
         "QUOTAWEB_ATTEMPT": str(attempt.number),
         "QUOTAWEB_INSTANCE_COUNT": str(job.instance_count),
     })
-    environment.update(placement_environment(attempt, rank))
+    environment.update(placement_environment(attempt, role))
     if cache_directory is not None:
         environment.update(dict.fromkeys(CACHE_VARIABLES, str(cache_directory)))
     return environment
 
 
-def placement_environment(attempt: Attempt, rank: Rank | None) -> dict[str, str]:
+def placement_environment(attempt: Attempt, role: Role | None) -> dict[str, str]:
     """Its instance numbers and exactly its GPUs, and the conventions distributed training
-    expects (one process per host: WORLD_SIZE hosts, this one RANK/NODE_RANK)."""
-    instances = rank.instances if rank is not None else tuple(attempt.instances or ())
-    devices = ",".join(rank.devices) if rank is not None else ""
-    host = rank.host if rank is not None else registry.machine()
+    expects: one process per host, WORLD_SIZE hosts, this one RANK = NODE_RANK, rank 0's
+    host at MASTER_ADDR:MASTER_PORT, the hosts in SM_HOSTS (docs/executors.md)."""
+    if role is None:
+        here = registry.machine()
+        role = Role(0, Rank(here, tuple(attempt.instances or ()), ()), (here,),
+                    registry.address())
+    devices = ",".join(role.rank.devices)
     return {
-        "QUOTAWEB_INSTANCES": ",".join(str(number) for number in instances),
+        "QUOTAWEB_INSTANCES": ",".join(str(number) for number in role.rank.instances),
         "CUDA_VISIBLE_DEVICES": devices,
         # "void": the NVIDIA container runtime then exposes no GPU at all.
         "NVIDIA_VISIBLE_DEVICES": devices or "void",
-        "WORLD_SIZE": "1", "RANK": "0", "NODE_RANK": "0",
-        "MASTER_ADDR": registry.address(), "MASTER_PORT": str(master_port(attempt)),
-        "SM_HOSTS": json.dumps([host]), "SM_CURRENT_HOST": host,
+        "WORLD_SIZE": str(role.world_size), "RANK": str(role.index),
+        "NODE_RANK": str(role.index), "MASTER_ADDR": role.master_address,
+        "MASTER_PORT": str(master_port(attempt)),
+        "SM_HOSTS": json.dumps(list(role.hosts), separators=(",", ":")),
+        "SM_CURRENT_HOST": role.rank.host,
     }
 
 
@@ -116,14 +124,17 @@ def master_port(attempt: Attempt) -> int:
 class LogTail:
     """Follows a log file that a process writes, turning complete lines into LogLine rows."""
 
-    def __init__(self, path: Path, limit: int | None = None) -> None:
+    def __init__(self, path: Path, limit: int | None = None, rank: int = 0) -> None:
         self.path = path
+        # Ranks of a multi-host attempt share its log: each numbers its lines in a range
+        # of its own and names itself on each, so that rank 0's come first, then rank 1's.
+        self.prefix = f"[rank {rank}] " if rank else ""
         self.limit = limit if limit is not None else settings.QUOTAWEB["LOG_LIMIT_BYTES"]
         self.capped = False  # the limit was reached: what the file gains is dropped
         self.offset = 0
         self.partial = b""
         self.pending: list[str] = []  # read but not yet stored (kept when a write fails)
-        self.shipped = 0  # the number of the last stored line
+        self.shipped = rank * RANK_LINE_NUMBERS  # the number of the last stored line
 
     def read(self, *, final: bool = False) -> bool:
         """Move what the file gained into `pending`; False when it had nothing new."""
@@ -175,7 +186,8 @@ class LogTail:
             return 0
         now = timezone.now()
         LogLine.objects.bulk_create([
-            LogLine(attempt_id=attempt_id, number=self.shipped + index, time=now, text=text)
+            LogLine(attempt_id=attempt_id, number=self.shipped + index, time=now,
+                    text=self.prefix + text)
             for index, text in enumerate(self.pending, start=1)
         ], ignore_conflicts=True)
         count = len(self.pending)
@@ -207,6 +219,8 @@ class LocalProcess:
     log: LogTail
     max_runtime_seconds: float
     cache_directory: Path | None
+    rank: int = 0  # of a multi-host attempt (quotaweb/executors/ranks.py)
+    world_size: int = 1
     started: float = field(default_factory=time.monotonic)
     stop: Stop | None = None
     exit_code: int | None = None
@@ -291,29 +305,33 @@ def sandboxed_members(group: int) -> list[int]:
     return members
 
 
-def spawn(attempt: Attempt, sandbox: Sandbox, rank: Rank | None = None) -> LocalProcess:
+def spawn(attempt: Attempt, sandbox: Sandbox, role: Role | None = None) -> LocalProcess:
     """Start the attempt's command in the sandbox (the attempt is loaded with its job and
-    warm pool).  Its output goes to a log file that only the executor can see."""
+    warm pool), or this host's rank of it.  Its output goes to a log file that only the
+    executor can see."""
     job = attempt.job
-    log_path = Path(attempt.log_path) if attempt.log_path else attempt_log_path(attempt)
+    index = role.index if role is not None else 0
+    log_path = (Path(attempt.log_path) if attempt.log_path and not index
+                else attempt_log_path(attempt, index))
     private_directory(log_path.parent)
-    cache_directory = attempt_cache_directory(attempt)
-    cwd = run_directory(attempt)
+    cache_directory = attempt_cache_directory(attempt, index)
+    cwd = run_directory(attempt, index)
     for parent in {cwd.parent.parent, *([cache_directory.parent] if cache_directory else [])}:
         private_directory(parent)
     sandbox.prepare([cwd, cache_directory])
     argv = sandbox.argv(job.command, run_dir=cwd, cache_dir=cache_directory,
-                        devices=rank.devices if rank else (), hostname=registry.machine())
+                        devices=role.rank.devices if role else (), hostname=registry.machine())
     # Append mode: the supervisor may empty the file once the log limit is reached, and
     # the command's writes then start again at its beginning.
     with log_path.open("ab") as output:
         popen = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT, cwd=cwd,
-            env=job_environment(attempt, cache_directory, rank, sandbox.user.name),
+            env=job_environment(attempt, cache_directory, role, sandbox.user.name),
             start_new_session=True, close_fds=True, umask=SANDBOX_UMASK,
         )
-    return LocalProcess(attempt.pk, popen, LogTail(log_path), job.max_runtime_seconds,
-                        cache_directory)
+    return LocalProcess(attempt.pk, popen, LogTail(log_path, rank=index),
+                        job.max_runtime_seconds, cache_directory, rank=index,
+                        world_size=role.world_size if role else 1)
 
 
 def private_directory(path: Path) -> None:
@@ -343,18 +361,22 @@ def start_attempt(attempt_id: int) -> bool:
     except IsolationUnavailable as error:
         _refuse_once(attempt_id, str(error))
         return False
-    rank = _our_rank(attempt_id)
-    if rank is None:
+    role = _our_role(attempt_id)
+    if role is None:
         return False
-    attempt = _claim(attempt_id, supervisor.host_name)
+    if role.index > 0:
+        return ranks.start_rank(attempt_id, role, sandbox, supervisor)
+    attempt = _claim(attempt_id, supervisor.host_name, role.world_size)
     if attempt is None:
         return False
     try:
-        process = spawn(attempt, sandbox, rank)
+        process = spawn(attempt, sandbox, role)
     except (OSError, ValueError) as error:
         _fail_to_start(attempt, f"Could not start the command: {error}")
         return False
     supervisor.adopt(process)
+    if role.world_size > 1:
+        ranks.record_rank(attempt, 0, supervisor.host_name, process.pid)
     try:
         marked = _record_running(attempt, process.pid)
     except Exception as error:
@@ -376,27 +398,34 @@ def _refuse_once(attempt_id: int, reason: str) -> None:
         log.error("attempt %s not started here: %s", attempt_id, reason)
 
 
-def _our_rank(attempt_id: int) -> Rank | None:
-    """What this host runs of the attempt: its rank when all the attempt's instances are
-    declared by this host, or when none is declared by any and this host runs unlisted
-    instances ('*'); None when the attempt is another host's (it is never started here).
-    An attempt that spans hosts fails: one process per host is not supported yet."""
+def _our_role(attempt_id: int) -> Role | None:
+    """What this host runs of the attempt: its rank among the hosts that declare the
+    attempt's instances, or all of it when no host declares any and this host runs
+    unlisted instances ('*'); None when none of it is this host's (never started here).
+    An attempt whose instances are partly declared and partly not fails: no host could
+    give it the undeclared ones."""
     attempt = Attempt.objects.select_related("job").filter(pk=attempt_id).first()
     if attempt is None:
         return None
     where = registry.placement_of(attempt)
     here = registry.machine()
-    if len(where.ranks) > 1 or (where.ranks and where.unhosted):
-        _fail_to_start(attempt, SPANS_HOSTS.format(hosts=", ".join(where.hosts) or "none"))
+    if where.ranks and where.unhosted:
+        numbers = ", ".join(f"#{n}" for n in where.unhosted)
+        _fail_to_start(attempt, UNDECLARED.format(numbers=numbers, unit=attempt.job.instance_type))
         return None
-    if where.ranks:
-        return where.ranks[0] if where.ranks[0].host == here else None
-    if not registry.declaration().hosts_unlisted:
+    if not where.ranks:
+        if not registry.declaration().hosts_unlisted:
+            return None
+        return Role(0, Rank(here, tuple(where.unhosted), ()), (here,), registry.address())
+    hosts = tuple(where.hosts)
+    if here not in hosts:
         return None
-    return Rank(here, tuple(where.unhosted), ())
+    index = hosts.index(here)
+    master = registry.address() if index == 0 else registry.address_of(hosts[0])
+    return Role(index, where.ranks[index], hosts, master)
 
 
-def _claim(attempt_id: int, host: str) -> Attempt | None:
+def _claim(attempt_id: int, host: str, world_size: int = 1) -> Attempt | None:
     now = timezone.now()
     attempt = Attempt.objects.select_related("job__quota_share", "warm_pool").filter(
         pk=attempt_id
@@ -411,7 +440,8 @@ def _claim(attempt_id: int, host: str) -> Attempt | None:
     # transaction as it moves the job, so these columns say "STARTING and still open".
     claimed = Attempt.objects.filter(
         pk=attempt_id, pid__isnull=True, outcome__isnull=True, running_at__lte=now,
-    ).update(host=host, pid=CLAIMED, log_path=log_path, heartbeat_at=now)
+    ).update(host=host, pid=CLAIMED, log_path=log_path, heartbeat_at=now,
+             world_size=world_size)
     if not claimed:
         return None
     attempt.host, attempt.pid, attempt.log_path = host, CLAIMED, log_path

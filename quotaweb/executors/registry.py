@@ -86,6 +86,12 @@ def _taken_by_live_hosts(declared: Declaration, name: str,
     return {(unit, number): host for unit, number, host in rows}
 
 
+def address_of(host: str) -> str:
+    """Where other hosts reach `host` (its registered address, else its name)."""
+    found = ExecutorHost.objects.filter(name=host).values_list("address", flat=True).first()
+    return found or host
+
+
 def heartbeat_host(now: datetime) -> None:
     ExecutorHost.objects.filter(name=machine()).update(seen_at=now)
 

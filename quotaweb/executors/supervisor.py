@@ -45,7 +45,7 @@ from ..models import Attempt, WarmPool
 from ..models.warm_pools import PoolStatus
 from ..scheduling import events
 from ..scheduling.attempts import AttemptAlreadyEnded, finish_attempt
-from . import registry
+from . import ranks, registry
 from .local import LocalProcess
 from .paths import attempt_cache_directory, work_dir
 from .sandbox import isolation_problem
@@ -191,6 +191,9 @@ class Supervisor:
             alive = list(self._processes)
         if alive:
             Attempt.objects.filter(pk__in=alive, outcome__isnull=True).update(heartbeat_at=now)
+        with self._lock:
+            spanning = [p.attempt_id for p in self._processes.values() if p.world_size > 1]
+        ranks.heartbeat(spanning, self.host_name, now)
         registry.heartbeat_host(now)
 
     def adopt(self, process: LocalProcess) -> None:
@@ -296,13 +299,16 @@ def _settle(process: LocalProcess) -> None:
         ).first()
         if attempt is None:
             return
-        if attempt.outcome is None:
+        if process.world_size > 1:
+            ranks.settle(process, attempt, now)
+        elif attempt.outcome is None:
             outcome, failure, reason = process.ending()
             with contextlib.suppress(AttemptAlreadyEnded):
                 finish_attempt(attempt, outcome, now, failure=failure, reason=reason,
                                exit_code=process.exit_code)
-        Attempt.objects.filter(pk=attempt.pk, exit_code__isnull=True).update(
-            exit_code=process.exit_code)
+        if process.rank == 0:
+            Attempt.objects.filter(pk=attempt.pk, exit_code__isnull=True).update(
+                exit_code=process.exit_code)
     discard_unused_cache(process.cache_directory)
 
 
@@ -338,9 +344,11 @@ def reconcile(host: str) -> list[int]:
     stopped = list(Attempt.objects.filter(
         host=host, outcome__isnull=False, exit_code__isnull=True, pid__gt=0,
         stopped_at__gte=now - STOPPED_LOOKBACK))
-    kill_leftovers([*orphans, *stopped])
+    rank_orphans = ranks.orphans(host)
+    kill_leftovers([*orphans, *stopped, *(rank.attempt for rank in rank_orphans)],
+                   pids={rank.attempt_id: rank.pid for rank in rank_orphans if rank.pid})
     failed = []
-    for attempt in orphans:
+    for attempt in [*orphans, *(rank.attempt for rank in rank_orphans)]:
         with transaction.atomic():
             events.lock_events()
             try:
@@ -356,11 +364,17 @@ def reconcile(host: str) -> list[int]:
     return failed
 
 
-def kill_leftovers(attempts: Iterable[Attempt]) -> int:
-    """SIGKILL what still runs of these attempts' process groups.  A pid may have been
-    reused since, so a process is killed only if its environment names the attempt
+def kill_leftovers(attempts: Iterable[Attempt], pids: dict[int, int] | None = None) -> int:
+    """SIGKILL what still runs of these attempts' process groups (`pids`: attempt id ->
+    the group of this host's rank, where it is not the attempt's own pid).  A pid may have
+    been reused since, so a process is killed only if its environment names the attempt
     (QUOTAWEB_JOB_ID and QUOTAWEB_ATTEMPT).  Linux (/proc) only; elsewhere nothing."""
-    groups = {a.pid: (a.job_id, a.number) for a in attempts if a.pid and a.pid > 0}
+    pids = pids or {}
+    groups = {}
+    for attempt in attempts:
+        group = pids.get(attempt.pk, attempt.pid)
+        if group is not None and group > 0:
+            groups[group] = (attempt.job_id, attempt.number)
     proc = Path("/proc")
     if not groups or not proc.is_dir():
         return 0

@@ -31,6 +31,7 @@ def advance(now: datetime) -> list[int]:
         _finish_simulated(now)
         _expire_leases(now)
         _expire_unclaimed(now)
+        _expire_ranks(now)
         return list(
             Attempt.objects.filter(
                 outcome__isnull=True, job__status=JobStatus.STARTING,
@@ -134,3 +135,9 @@ def _expire_unclaimed(now: datetime) -> None:
                            reason=reason)
         except AttemptAlreadyEnded:
             continue
+
+
+def _expire_ranks(now: datetime) -> None:
+    from ..executors import ranks
+
+    ranks.expire(now)

@@ -169,3 +169,77 @@ def test_a_job_runs_on_the_worker_that_hosts_its_instances_and_moves_when_it_die
         assert second["instances"] == [0, 1] and second["host"] == hosts["a"], second
         assert _placement_line(cluster, second["id"]) == (
             f"instances=0,1 cuda=0,1 nvidia=0,1 world=1 rank=0 host={hosts['a']}")
+
+
+REPORTS_ITS_RANK = (
+    'echo "world=$WORLD_SIZE rank=$RANK node=$NODE_RANK master=$MASTER_ADDR:$MASTER_PORT '
+    'hosts=$SM_HOSTS current=$SM_CURRENT_HOST instances=$QUOTAWEB_INSTANCES '
+    'cuda=$CUDA_VISIBLE_DEVICES"'
+)
+# Rank 1 fails after a moment; every other rank runs until it is stopped, and says so.
+RANK_1_FAILS = (
+    "trap 'echo got-term; exit 143' TERM; "
+    'if [ "$RANK" = 1 ]; then sleep 1; exit 3; fi; '
+    "while true; do sleep 0.2; done"
+)
+TRAPS_TERM = "trap 'echo got-term; exit 143' TERM; echo started; while true; do sleep 0.2; done"
+
+
+def _ranks(cluster: Cluster, attempt_id: int) -> list[dict[str, Any]]:
+    return cluster.state.rows("SELECT * FROM quotaweb_attemptrank WHERE attempt_id = %s "
+                              "ORDER BY rank", attempt_id)
+
+
+def _fields(line: str) -> dict[str, str]:
+    return dict(part.split("=", 1) for part in line.removeprefix("[rank 1] ").split())
+
+
+def test_a_job_that_spans_two_hosts_runs_one_process_on_each(
+    fleet: tuple[Cluster, dict[str, Any]],
+) -> None:
+    cluster, parts = fleet
+    hosts = parts["hosts"]
+    with cluster.diagnostics():
+        # All four instances: #0-#1 on host A (rank 0), #2-#3 on host B (rank 1).
+        job = cluster.submit("alice", name="two-hosts", quota_share="QS1", instance_count=4,
+                             command=REPORTS_ITS_RANK)
+        done = cluster.wait_status(job, "SUCCEEDED", "FAILED")
+        [attempt] = cluster.state.attempts(job)
+        assert done["status"] == "SUCCEEDED", (done, attempt)
+        ranks = _ranks(cluster, attempt["id"])
+        assert [(r["rank"], r["host"], r["exit_code"]) for r in ranks] == [
+            (0, hosts["a"], 0), (1, hosts["b"], 0)], ranks
+        lines = cluster.state.log_text(attempt["id"]).splitlines()
+        assert len(lines) == 2 and lines[1].startswith("[rank 1] "), lines
+        zero, one = _fields(lines[0]), _fields(lines[1])
+        assert (zero["world"], zero["rank"], zero["node"]) == ("2", "0", "0")
+        assert (one["world"], one["rank"], one["node"]) == ("2", "1", "1")
+        assert zero["master"] == one["master"], "both ranks meet at rank 0's address"
+        assert zero["hosts"] == one["hosts"] == f'["{hosts["a"]}","{hosts["b"]}"]'
+        assert (zero["current"], zero["instances"], zero["cuda"]) == (hosts["a"], "0,1", "0,1")
+        assert (one["current"], one["instances"], one["cuda"]) == (hosts["b"], "2,3", "0,1")
+
+        # One rank fails: the attempt fails with its reason, the other rank is stopped.
+        failing = cluster.submit("alice", name="rank-1-fails", quota_share="QS1",
+                                 instance_count=4, command=RANK_1_FAILS)
+        ended = cluster.wait_status(failing, "FAILED", "SUCCEEDED")
+        [attempt] = cluster.state.attempts(failing)
+        assert ended["status"] == "FAILED" and attempt["failure"] == "ALGORITHM_ERROR", attempt
+        assert attempt["status_reason"] == f"Rank 1 on {hosts['b']}: Exit code 3", attempt
+        ranks = cluster.wait("both ranks' exit codes", lambda: _if(
+            _ranks(cluster, attempt["id"]), lambda rows: len(rows) == 2
+            and all(r["exit_code"] is not None for r in rows)))
+        assert [r["exit_code"] for r in ranks] == [143, 3], ranks
+
+        # A terminate stops every rank, each with its SIGTERM and grace.
+        stopped = cluster.submit("alice", name="terminated", quota_share="QS1",
+                                 instance_count=4, command=TRAPS_TERM)
+        [attempt] = cluster.wait("both ranks to start", lambda: _if(
+            cluster.state.attempts(stopped), lambda rows: bool(rows)
+            and cluster.state.log_text(rows[0]["id"]).count("started") == 2))
+        cluster.drive("terminate", {"id": stopped, "reason": "not needed"})
+        ranks = cluster.wait("both ranks to stop", lambda: _if(
+            _ranks(cluster, attempt["id"]), lambda rows: len(rows) == 2
+            and all(r["exit_code"] is not None for r in rows)))
+        assert [r["exit_code"] for r in ranks] == [143, 143], ranks
+        assert cluster.state.log_text(attempt["id"]).count("got-term") == 2
