@@ -20,7 +20,7 @@ from ...services import configuration
 from ...services import jobs as job_service
 from ...services.errors import ServiceError
 from ...services.permissions import can_manage_configuration, can_write_share
-from .. import job_data
+from .. import host_data, job_data
 from ..forms import CapacityUnitForm, KeepAliveForm, show_errors
 from .common import live_config
 
@@ -102,8 +102,13 @@ def _capacity_page(request: HttpRequest, bound: CapacityUnitForm | None = None,
         units.append({"unit": unit, "form": form, "limits": totals.get(unit.name, 0),
                       "shares": shares.get(unit.name, [])})
     new_form = bound if bound is not None and bound.unit is None else CapacityUnitForm()
+    now = timezone.now()
+    placements = host_data.unit_placements(now)
+    for row in units:
+        row["placements"] = placements.get(row["unit"].name, [])
     return render(request, "quotaweb/capacity.html", {
-        "units": units, "new_form": new_form, "live": live_config()}, status=status)
+        "units": units, "new_form": new_form, "live": live_config(),
+        "hosts": host_data.hosts(now)}, status=status)
 
 
 @login_required

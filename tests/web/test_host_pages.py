@@ -1,0 +1,43 @@
+"""The capacity page says where each unit's instances are: which executor host declared
+them, with which GPUs, which hosts are unreachable, and which instances no host runs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from quotaweb.models import ExecutorHost, HostedInstance
+from quotaweb.web.host_data import number_ranges
+
+ClientFor = Callable[[Any], Any]
+
+
+@pytest.mark.parametrize(("numbers", "shown"), [
+    ([], ""), ([3], "#3"), ([2, 0, 1], "#0-#2"), ([0, 1, 2, 5, 7, 8], "#0-#2, #5, #7-#8"),
+])
+def test_instance_numbers_are_shown_as_ranges(numbers: list[int], shown: str) -> None:
+    assert number_ranges(numbers) == shown
+
+
+def test_the_capacity_page_shows_each_instances_host_and_which_are_unreachable(
+    walkthrough_config: Any, admin: Any, client_for: ClientFor,
+) -> None:
+    unit = walkthrough_config.unit  # 3 instances
+    now = timezone.now()
+    alive = ExecutorHost.objects.create(name="gpu-a", address="10.0.0.7", started_at=now,
+                                        seen_at=now)
+    gone = ExecutorHost.objects.create(name="gpu-b", started_at=now - timedelta(hours=1),
+                                       seen_at=now - timedelta(hours=1))
+    HostedInstance.objects.create(host=alive, capacity_unit=unit.name, number=0, devices="0")
+    HostedInstance.objects.create(host=gone, capacity_unit=unit.name, number=1, devices="3")
+    html = client_for(admin).get("/capacity").content.decode()
+    text = " ".join(html.split())
+    assert "#0 on <strong>gpu-a</strong> (GPUs 0)" in text
+    assert "#1 on <strong>gpu-b</strong> (GPUs 3): unreachable" in text
+    assert "#2 on no host: simulated jobs only" in text
+    assert "Executor hosts" in html and "10.0.0.7" in html
+    assert f"{unit.name} #1" in text and "unreachable" in text
