@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from quotaweb.models import ExecutorHost, HostedInstance
+from quotaweb.models import ExecutorHost, HostedInstance, Job, QuotaShare
 from quotaweb.web.host_data import number_ranges
 
 ClientFor = Callable[[Any], Any]
@@ -41,3 +41,14 @@ def test_the_capacity_page_shows_each_instances_host_and_which_are_unreachable(
     assert "#2 on no host: simulated jobs only" in text
     assert "Executor hosts" in html and "10.0.0.7" in html
     assert f"{unit.name} #1" in text and "unreachable" in text
+
+
+def test_a_command_jobs_page_shows_the_log_limit(
+    walkthrough_config: Any, member: Any, client_for: ClientFor, settings: Any,
+) -> None:
+    settings.QUOTAWEB = {**settings.QUOTAWEB, "LOG_LIMIT_BYTES": 5 * 1024 * 1024}
+    job = Job.objects.create(name="cmd", quota_share=QuotaShare.objects.get(name="QS1"),
+                             instance_type=walkthrough_config.unit.name, executor="local",
+                             command="true")
+    text = " ".join(client_for(member).get(f"/jobs/{job.pk}").content.decode().split())
+    assert "Output is kept up to 5.0 MB per attempt" in text

@@ -7,6 +7,7 @@ import uuid
 from typing import Any
 
 from django import forms
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
@@ -76,6 +77,7 @@ def _page(request: HttpRequest, job: Job, status: int = 200, **bound: forms.Form
         "live": live_config([job]), "secrets": secrets,
         "log_lines": job_data.log_tail(job) if secrets else [],
         "max_keep_alive": job.quota_share.max_keep_alive_seconds,
+        "log_limit": settings.QUOTAWEB["LOG_LIMIT_BYTES"],
     }, status=status)
 
 
