@@ -44,7 +44,13 @@ from ..scheduling.attempts import AttemptAlreadyEnded, finish_attempt
 from . import ranks, registry
 from .instances import Rank, Role
 from .paths import attempt_cache_directory, attempt_log_path, work_dir
-from .sandbox import SANDBOX_UMASK, IsolationUnavailable, Sandbox, isolation
+from .sandbox import (
+    SANDBOX_UMASK,
+    IsolationUnavailable,
+    Sandbox,
+    isolation,
+    launcher_environment,
+)
 
 log = logging.getLogger(__name__)
 
@@ -319,14 +325,17 @@ def spawn(attempt: Attempt, sandbox: Sandbox, role: Role | None = None) -> Local
     for parent in {cwd.parent.parent, *([cache_directory.parent] if cache_directory else [])}:
         private_directory(parent)
     sandbox.prepare([cwd, cache_directory])
+    environment = job_environment(attempt, cache_directory, role, sandbox.user.name)
     argv = sandbox.argv(job.command, run_dir=cwd, cache_dir=cache_directory,
-                        devices=role.rank.devices if role else (), hostname=registry.machine())
+                        devices=role.rank.devices if role else (), hostname=registry.machine(),
+                        environment=environment)
     # Append mode: the supervisor may empty the file once the log limit is reached, and
     # the command's writes then start again at its beginning.
     with log_path.open("ab") as output:
         popen = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT, cwd=cwd,
-            env=job_environment(attempt, cache_directory, role, sandbox.user.name),
+            env=launcher_environment(QUOTAWEB_JOB_ID=environment["QUOTAWEB_JOB_ID"],
+                                     QUOTAWEB_ATTEMPT=environment["QUOTAWEB_ATTEMPT"]),
             start_new_session=True, close_fds=True, umask=SANDBOX_UMASK,
         )
     return LocalProcess(attempt.pk, popen, LogTail(log_path, rank=index),

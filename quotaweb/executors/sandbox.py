@@ -17,8 +17,10 @@ OS user:
   job user (QUOTAWEB_JOB_USER, default `quotaweb-job`) with no supplementary groups, no
   capabilities (bounding set emptied) and no-new-privileges, so nothing in the sandbox can
   get root back.
-- **Environment**: bwrap itself is started with the job's environment only, so even the
-  sandbox's PID 1 holds nothing of the worker's.
+- **Environment**: bwrap and setpriv run as root with a fixed environment of their own;
+  the job's variables are set by `env -i` after the switch to the job user, so nothing
+  the job controls (LD_PRELOAD, say) reaches a process that runs as root, and nothing of
+  the worker's reaches the job.
 
 Isolation needs root (to set namespaces up and switch user), bubblewrap and the job user.
 Where any of these is missing, `isolation()` raises IsolationUnavailable with what to do,
@@ -32,13 +34,14 @@ import os
 import pwd
 import shutil
 import subprocess
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from django.conf import settings
 
 SHELL = "/bin/sh"
+ENV = "/usr/bin/env"
 # bwrap creates the mount points' parent directories with the caller's umask: they must
 # stay traversable for the job user once it has switched.
 SANDBOX_UMASK = 0o022
@@ -79,9 +82,16 @@ class Sandbox:
     share_network: bool
 
     def argv(self, command: str, *, run_dir: Path, cache_dir: Path | None,
-             devices: Sequence[str] = (), hostname: str = "job") -> list[str]:
+             devices: Sequence[str] = (), hostname: str = "job",
+             environment: Mapping[str, str] | None = None) -> list[str]:
         """The argument vector that runs `command` with `sh -c` in the sandbox, in
-        `run_dir`, seeing `cache_dir` (read-write) and the GPU devices named."""
+        `run_dir`, seeing `cache_dir` (read-write) and the GPU devices named, with
+        `environment` and nothing else.
+
+        bwrap and setpriv run as root, so nothing the job controls may reach them: a job's
+        LD_PRELOAD naming a library it left in its cache directory would otherwise run as
+        root.  They are started with `launcher_environment()`, and the job's variables are
+        set by `env -i` only after setpriv has switched to the job user."""
         # Every namespace but the user namespace: in one, only root would be mapped and
         # setpriv could not become the job user.
         args = [self.bwrap, "--die-with-parent", "--unshare-ipc", "--unshare-pid",
@@ -104,7 +114,9 @@ class Sandbox:
         args += ["--chdir", str(run_dir), "--"]
         args += [self.setpriv, f"--reuid={self.user.uid}", f"--regid={self.user.gid}",
                  "--clear-groups", "--no-new-privs", "--inh-caps=-all",
-                 "--bounding-set=-all", "--", SHELL, "-c", command]
+                 "--bounding-set=-all", "--", ENV, "-i", "--"]
+        args += [f"{name}={value}" for name, value in (environment or {}).items()]
+        args += [SHELL, "-c", command]
         return args
 
     def prepare(self, directories: Iterable[Path | None]) -> None:
@@ -115,6 +127,12 @@ class Sandbox:
             directory.mkdir(parents=True, exist_ok=True)
             os.chown(directory, self.user.uid, self.user.gid)
             directory.chmod(0o700)
+
+
+def launcher_environment(**marks: str) -> dict[str, str]:
+    """The environment of bwrap and setpriv themselves (they run as root): a fixed PATH and
+    the marks that let a restarted executor recognise the attempt's leftover processes."""
+    return {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", **marks}
 
 
 def _system_links() -> list[str]:
@@ -190,7 +208,7 @@ def _probe(sandbox: Sandbox) -> str | None:
     sandbox.prepare([scratch])
     try:
         done = subprocess.run(sandbox.argv("id -u", run_dir=scratch, cache_dir=None),
-                              capture_output=True, env={"PATH": "/usr/bin:/bin"},
+                              capture_output=True, env=launcher_environment(),
                               timeout=20, check=False, umask=SANDBOX_UMASK)
     except (OSError, subprocess.TimeoutExpired) as error:
         return f"the sandbox could not start: {error}"

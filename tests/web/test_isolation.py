@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import pwd
+import shutil
+import subprocess
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -195,3 +197,48 @@ def test_command_jobs_are_refused_where_commands_cannot_be_isolated(
         refuse_unisolated_commands()
     assert refused.value.code == "COMMAND_JOBS_DISABLED"
     assert "no-such-user-here" in refused.value.message and "bubblewrap" in refused.value.message
+
+
+PRELOADED = r"""
+#include <stdio.h>
+#include <unistd.h>
+__attribute__((constructor)) static void run_as_root_if_i_can(void) {
+    if (geteuid() == 0) {
+        FILE *marker = fopen(MARKER, "w");
+        if (marker) { fputs("ran as root\n", marker); fclose(marker); }
+    }
+}
+"""
+
+
+def test_a_jobs_environment_never_reaches_a_process_that_runs_as_root(
+    data_dir: Path, supervisor: Any, tmp_path: Path,
+) -> None:
+    """The attack: a job leaves a library in its warm pool's cache directory, and the next
+    job on that pool names it in LD_PRELOAD.  bwrap and setpriv run as root (outside and
+    inside the sandbox); had either been started with the job's environment, the
+    library's constructor would have run as root."""
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        pytest.fail("this test needs a C compiler (Debian: gcc) to build the library",
+                    pytrace=False)
+    share = make_share()
+    first = submit(share, "true", keep_alive_seconds=600, name="leaves-a-pool")
+    wait_for(lambda: ended(first), "the first job to end")
+    cache = Path(WarmPool.objects.get(owner=first).cache_directory)
+    marker, library = cache / "pwned", cache / "evil.so"
+    source = tmp_path / "evil.c"
+    source.write_text(PRELOADED)
+    subprocess.run([compiler, "-shared", "-fPIC", f'-DMARKER="{marker}"', "-o", str(library),
+                    str(source)], check=True)
+    library.chmod(0o755)
+    # It keeps the pool too, so that the cache directory (and any marker) outlives it.
+    second = submit(share, "id -u", name="preloads", environment={"LD_PRELOAD": str(library)},
+                    keep_alive_seconds=600)
+    wait_for(lambda: ended(second), "the second job to end")
+    assert status_of(second) == "SUCCEEDED", lines(only_attempt(second))
+    assert only_attempt(second).warm_start, "it ran on the pool, next to the library"
+    assert cache.is_dir() and library.is_file()
+    assert not marker.exists(), marker.read_text()
+    # The job itself got its LD_PRELOAD (as the job user, the library does nothing).
+    assert lines(only_attempt(second))[-1] == str(pwd.getpwnam("quotaweb-job").pw_uid)
