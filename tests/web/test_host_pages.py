@@ -52,3 +52,15 @@ def test_a_command_jobs_page_shows_the_log_limit(
                              command="true")
     text = " ".join(client_for(member).get(f"/jobs/{job.pk}").content.decode().split())
     assert "Output is kept up to 5.0 MB per attempt" in text
+
+
+def test_the_fleet_page_shows_every_signed_in_user_where_the_instances_are(
+    walkthrough_config: Any, member: Any, client_for: ClientFor,
+) -> None:
+    unit = walkthrough_config.unit
+    long_ago = timezone.now() - timedelta(hours=1)
+    gone = ExecutorHost.objects.create(name="gpu-b", started_at=long_ago, seen_at=long_ago)
+    HostedInstance.objects.create(host=gone, capacity_unit=unit.name, number=2, devices="1")
+    text = " ".join(client_for(member).get("/fleet").content.decode().split())
+    assert "#2 on <strong>gpu-b</strong> (GPUs 1): unreachable" in text
+    assert "#0-#1 on no host: simulated jobs only" in text

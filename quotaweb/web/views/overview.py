@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from ...models import QuotaShare
 from ...realtime import serializers
-from .. import fleet_data, job_data, usage_data
+from .. import fleet_data, host_data, job_data, usage_data
 from .common import live_config
 
 RECENT_EVENTS = 60
@@ -43,9 +43,11 @@ def overview(request: HttpRequest) -> HttpResponse:
 @login_required
 def fleet(request: HttpRequest) -> HttpResponse:
     config = live_config()
+    now = timezone.now()
     return render(request, "quotaweb/fleet.html", {
-        "live": config, "figure": fleet_data.fleet(timezone.now()),
-        "glance": usage_data.fleet_glance(),
+        "live": config, "figure": fleet_data.fleet(now),
+        "glance": usage_data.fleet_glance(), "hosts": host_data.hosts(now),
+        "placements": sorted(host_data.unit_placements(now).items()),
     })
 
 
