@@ -10,3 +10,6 @@ class QuotawebConfig(AppConfig):
         # Load the Celery app in every Django process, however it was started (an ASGI
         # server may import quotaweb before django), so tasks bind to REDIS_URL's broker.
         from . import celery  # noqa: F401
+        from .realtime import sessions
+
+        sessions.connect()

@@ -11,13 +11,15 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
+from .realtime.origin import SameOriginValidator  # noqa: E402
 from .realtime.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
-        "websocket": AllowedHostsOriginValidator(
+        # The host against ALLOWED_HOSTS (channels), then the port too (SameOriginValidator).
+        "websocket": AllowedHostsOriginValidator(SameOriginValidator(
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
-        ),
+        )),
     }
 )

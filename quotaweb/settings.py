@@ -171,6 +171,8 @@ QUOTAWEB = {
     "IN_PROCESS_SCHEDULER": env.boolean("QUOTAWEB_IN_PROCESS_SCHEDULER", EMBEDDED),
     # How this process's supervisor names itself (default: <hostname>:<slot>).
     "HOST_NAME": env.string("QUOTAWEB_HOST_NAME"),
+    # Live-feed websockets one user may hold open in one web process; more are refused.
+    "MAX_SOCKETS_PER_USER": env.integer("QUOTAWEB_MAX_SOCKETS_PER_USER", 10, low=1),
     # The instances this executor host runs (docs/executors.md): "UNIT=NUMBERS[@DEVICES]"
     # entries, or "*" for every instance no other host declares (the embedded default).
     "INSTANCES": env.string("QUOTAWEB_INSTANCES", "*" if EMBEDDED else ""),

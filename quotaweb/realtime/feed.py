@@ -22,7 +22,9 @@ from ..models import Event
 from ..services import permissions
 from . import serializers
 
-MAX_REPLAY = 10_000
+# A reconnect that missed more events than this gets a snapshot instead: replaying
+# thousands of events to many sockets at once would crowd out everything else.
+MAX_REPLAY = 1_000
 # A job or pool is about 350 bytes of JSON: 1,000 of each keep a part near 700 kB.
 PART_ROWS = 1_000
 

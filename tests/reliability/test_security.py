@@ -32,12 +32,14 @@ SECRET = "TOPSECRET-7f3a"
 # The websocket ------------------------------------------------------------------------
 
 
-async def _connect(cookie: bytes | None, origin: bytes | None) -> bool:
+async def _connect(cookie: bytes | None, origin: bytes | None, host: bytes | None = None
+                   ) -> bool:
     from channels.testing import WebsocketCommunicator
 
     from quotaweb.asgi import application
 
     headers = ([(b"origin", origin)] if origin else []) + ([(b"cookie", cookie)] if cookie else [])
+    headers += [(b"host", host)] if host else []
     socket = WebsocketCommunicator(application, "/ws/events/", headers=headers)
     connected, _ = await socket.connect(timeout=10)
     await socket.disconnect()
@@ -62,6 +64,43 @@ async def test_the_websocket_refuses_anonymous_and_cross_origin_connections(
         assert not await _connect(cookie, None), "a connection without Origin was accepted"
     finally:
         await sync_to_async(connections.close_all)()
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_the_websocket_checks_the_origins_port_as_well_as_its_host(
+    world: World, settings: Any
+) -> None:
+    """A page served on another port of the same host is another origin (issue 11)."""
+    from asgiref.sync import sync_to_async
+    from django.db import connections
+
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    client = await sync_to_async(client_of)(world, "member")
+    cookie = f"sessionid={client.cookies['sessionid'].value}".encode()
+    try:
+        assert await _connect(cookie, b"http://localhost:8000", b"localhost:8000")
+        assert await _connect(cookie, b"https://localhost", b"localhost")
+        assert not await _connect(cookie, b"http://localhost:9999", b"localhost:8000")
+        assert not await _connect(cookie, b"http://localhost", b"localhost:8000")
+        assert not await _connect(cookie, b"http://localhost:8000", b"localhost")
+        assert not await _connect(cookie, b"http://localhost:8001"), "no Host: default port"
+        assert not await _connect(cookie, b"http://localhost:bad", b"localhost:8000")
+        assert not await _connect(cookie, b"http://127.0.0.1:8000", b"localhost:8000")
+    finally:
+        await sync_to_async(connections.close_all)()
+
+
+def test_a_trusted_origin_behind_a_proxy_must_match_its_port(settings: Any) -> None:
+    """CSRF_TRUSTED_ORIGINS name the addresses a proxy serves the dashboard at: scheme,
+    host and port exactly."""
+    from quotaweb.realtime.origin import same_origin
+
+    settings.CSRF_TRUSTED_ORIGINS = ["https://dash.example.com:8443"]
+    assert same_origin("https://dash.example.com:8443", "web:8000")
+    assert not same_origin("https://dash.example.com:8444", "web:8000")
+    assert not same_origin("http://dash.example.com:8443", "web:8000")
+    assert not same_origin("https://dash.example.com", "web:8000")
+    assert not same_origin(None, "localhost") and not same_origin("null", "localhost")
 
 
 # CSRF -------------------------------------------------------------------------------------

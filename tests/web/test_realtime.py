@@ -538,3 +538,166 @@ async def test_through_redis_a_killed_broadcaster_process_loses_nothing(
     layer = get_channel_layer()
     await layer.flush()  # this test's prefix only
     await layer.close_pools()
+
+
+# Guards (issue 11, item 6) --------------------------------------------------------------
+
+
+def _cookie_of(client: Client) -> bytes:
+    return f"sessionid={client.cookies['sessionid'].value}".encode()
+
+
+async def _closed_with(communicator: WebsocketCommunicator) -> int:
+    """The close code the server sent (after any messages before it)."""
+    while True:
+        output = await communicator.receive_output(timeout=10)
+        if output["type"] == "websocket.close":
+            return int(output["code"])
+
+
+@WS
+async def test_a_user_may_hold_a_capped_number_of_sockets(
+    in_memory_layer: None, session_cookie: bytes, clients: list[WebsocketCommunicator],
+    settings: Any,
+) -> None:
+    settings.QUOTAWEB = {**settings.QUOTAWEB, "MAX_SOCKETS_PER_USER": 2}
+    first, _ = await open_socket(clients, session_cookie)
+    second, _ = await open_socket(clients, session_cookie)
+    for socket in (first, second):
+        assert (await receive(socket, 1))[0]["type"] == "snapshot"
+    third, connected = await open_socket(clients, session_cookie)
+    assert connected  # accepted, to say why it ends
+    refusal = await third.receive_json_from(timeout=10)
+    assert (refusal["type"], refusal["code"]) == ("error", "TOO_MANY_SOCKETS")
+    assert "QUOTAWEB_MAX_SOCKETS_PER_USER" in refusal["message"]
+    assert await _closed_with(third) == 4429
+    await first.disconnect()
+    clients.remove(first)
+    fourth, _ = await open_socket(clients, session_cookie)
+    assert (await receive(fourth, 1))[0]["type"] == "snapshot"
+
+
+def test_a_gap_larger_than_the_replay_cap_gets_a_fresh_snapshot(db: None) -> None:
+    """With the shipped cap: 1,001 missed events are not replayed."""
+    assert feed.MAX_REPLAY <= 1_000
+    logged = write_events(*["SUBMITTED"] * (feed.MAX_REPLAY + 1))
+    [snapshot] = feed.on_connect(logged[0].id - 1)
+    assert (snapshot["type"], snapshot["last_event_id"]) == ("snapshot", logged[-1].id)
+    replay = feed.on_connect(logged[1].id - 1)
+    assert [m["type"] for m in replay] == ["event"] * feed.MAX_REPLAY
+
+
+@WS
+async def test_a_long_replay_gives_the_event_loop_back_while_it_is_sent(
+    in_memory_layer: None, session_cookie: bytes, clients: list[WebsocketCommunicator],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Other work on the loop (the cycle's broadcast, other sockets) runs between slices
+    of a replay, not after all of it."""
+    from quotaweb.realtime.consumers import SEND_SLICE, EventsConsumer
+
+    logged = await sync_to_async(write_events)(*["SUBMITTED"] * 500)
+    sent: list[dict[str, Any]] = []
+    probe: list[int] = []
+    original = EventsConsumer.send_json
+
+    async def counting(self: Any, content: Any, close: bool = False) -> None:
+        if not sent:
+            asyncio.get_running_loop().call_soon(lambda: probe.append(len(sent)))
+        sent.append(content)
+        await original(self, content, close)
+
+    monkeypatch.setattr(EventsConsumer, "send_json", counting)
+    communicator, _ = await open_socket(clients, session_cookie, f"?after={logged[0].id - 1}")
+    assert len(await receive(communicator, 500)) == 500
+    assert probe and probe[0] <= SEND_SLICE, probe
+
+
+@WS
+async def test_connect_time_reads_do_not_run_on_the_thread_views_and_broadcasts_share(
+    in_memory_layer: None, session_cookie: bytes, clients: list[WebsocketCommunicator],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    threads: list[str] = []
+    original = feed.on_connect
+
+    def recording(*args: Any) -> Any:
+        threads.append(threading.current_thread().name)
+        return original(*args)
+
+    monkeypatch.setattr(feed, "on_connect", recording)
+    shared = await sync_to_async(lambda: threading.current_thread().name)()
+    communicator, _ = await open_socket(clients, session_cookie)
+    await receive(communicator, 1)
+    assert threads and threads[0] != shared
+
+
+@WS
+async def test_signing_out_closes_that_sessions_sockets_only(
+    in_memory_layer: None, clients: list[WebsocketCommunicator],
+) -> None:
+    def sessions() -> tuple[Client, Client]:
+        user = User.objects.create_user("bea", password="correct horse battery")
+        one, two = Client(), Client()
+        one.force_login(user)
+        two.force_login(user)
+        return one, two
+
+    one, two = await sync_to_async(sessions)()
+    signed_out, _ = await open_socket(clients, _cookie_of(one))
+    elsewhere, _ = await open_socket(clients, _cookie_of(two))
+    for socket in (signed_out, elsewhere):
+        await receive(socket, 1)
+    assert (await sync_to_async(one.post)("/accounts/logout/")).status_code == 302
+    notice = await signed_out.receive_json_from(timeout=10)
+    assert (notice["type"], notice["code"]) == ("error", "SIGNED_OUT")
+    assert await _closed_with(signed_out) == 4401
+    assert await elsewhere.receive_nothing()
+
+
+@WS
+async def test_deactivating_a_user_closes_their_sockets(
+    in_memory_layer: None, clients: list[WebsocketCommunicator],
+) -> None:
+    def signed_in() -> tuple[Any, Client]:
+        user = User.objects.create_user("cy", password="correct horse battery")
+        client = Client()
+        client.force_login(user)
+        return user, client
+
+    user, client = await sync_to_async(signed_in)()
+    communicator, _ = await open_socket(clients, _cookie_of(client))
+    await receive(communicator, 1)
+
+    def deactivate() -> None:
+        user.is_active = False
+        user.save()
+
+    await sync_to_async(deactivate)()
+    notice = await communicator.receive_json_from(timeout=10)
+    assert (notice["type"], notice["code"]) == ("error", "SIGNED_OUT")
+    assert "deactivated" in notice["message"]
+    assert await _closed_with(communicator) == 4401
+    # And a deactivated user cannot open a new one.
+    again, connected = await open_socket(clients, _cookie_of(client))
+    assert not connected
+
+
+@WS
+async def test_a_frame_from_the_client_is_ignored_and_logged_on_one_line(
+    in_memory_layer: None, session_cookie: bytes, clients: list[WebsocketCommunicator],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    communicator, _ = await open_socket(clients, session_cookie)
+    await receive(communicator, 1)
+    with caplog.at_level("WARNING", logger="quotaweb.realtime.consumers"):
+        await communicator.send_to(text_data="{not json" * 1000)
+        await communicator.send_to(bytes_data=b"\xff\xfe")
+        await communicator.send_to(text_data='{"type": "subscribe"}')
+        assert await communicator.receive_nothing()
+    lines = [r for r in caplog.records if r.name == "quotaweb.realtime.consumers"]
+    assert len(lines) == 1 and lines[0].exc_info is None
+    assert "ignored" in lines[0].getMessage() and "\n" not in lines[0].getMessage()
+    [logged] = await sync_to_async(write_events)("SUBMITTED")
+    assert await broadcast.abroadcast_pending() == 1
+    assert await receive(communicator, 1) == [event_message(logged)]  # still open
