@@ -191,6 +191,13 @@ def build_parser() -> argparse.ArgumentParser:
     usage.add_argument("--share", "-s")
     usage.add_argument("--unit", help="a capacity unit")
 
+    report = command("report", "Usage report per share and unit over a period.")
+    report.add_argument("--since", type=_since, default="24h", metavar="TIME",
+                        help="start: ISO 8601 time, or a span back from now like 7d [24h]")
+    report.add_argument("--until", type=_since, metavar="TIME",
+                        help="end: ISO 8601 time, or a span back from now [now]")
+    report.add_argument("--share", "-s")
+
     pools = command("warm-pools", "List warm pools, newest first.")
     pools.add_argument("--status", type=_pool_status, action="append", default=[],
                        help=f"repeatable: {', '.join(POOL_STATUSES)}")
@@ -333,6 +340,21 @@ def usage_table(samples: Iterable[Json]) -> str:
                    *(s.get(key) for key in keys)) for s in samples])
 
 
+def report_table(report: Json) -> str:
+    """The usage report: instance-hours, jobs, preemptions (suffered/caused) and waits."""
+    rows = [(r["quota_share"], r["capacity_unit"], *(round(r[f"{key}_instance_hours"], 2)
+                                                     for key in ("own", "borrowed", "lent")),
+             round(r["warm_pool_billable_instance_hours"], 2), r["jobs_run"],
+             f"{r['preemptions_suffered_cross_share']}/{r['preemptions_caused_cross_share']}",
+             f"{r['preemptions_suffered_in_share']}/{r['preemptions_caused_in_share']}",
+             r["wait_mean_seconds"], r["wait_p95_seconds"]) for r in report["rows"]]
+    heading = f"{short_time(report['start'])} to {short_time(report['end'])} (UTC)"
+    return heading + "\n" + table(
+        ("SHARE", "UNIT", "OWN_H", "BORROWED_H", "LENT_H", "WARM_H", "JOBS_RUN",
+         "RECLAIMS_SUFFERED/CAUSED", "IN_SHARE_SUFFERED/CAUSED", "WAIT_MEAN_S", "WAIT_P95_S"),
+        rows)
+
+
 def pools_table(pools: Iterable[Json]) -> str:
     return table(("ID", "SHARE", "JOB", "INSTANCES", "STATUS", "KEEP-ALIVE", "EXPIRES",
                   "BILLABLE S", "ENDED"),
@@ -444,6 +466,10 @@ def run(args: argparse.Namespace, client: Client, out: Output, stderr: TextIO) -
         samples = client.usage(since=args.since, quota_share=args.share,
                                capacity_unit=args.unit)
         out.emit({"samples": samples}, lambda: usage_table(samples))
+    elif name == "report":
+        report = client.usage_report(start=args.since, end=args.until,
+                                     quota_share=args.share)
+        out.emit(report, lambda: report_table(report))
     elif name == "warm-pools":
         pools = client.warm_pools(status=args.status or None, quota_share=args.share)
         out.emit({"warm_pools": pools}, lambda: pools_table(pools))

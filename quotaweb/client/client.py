@@ -154,6 +154,15 @@ class Client:
                 return samples
             params["after"] = page["next_after"]
 
+    def usage_report(self, start: datetime | str | None = None,
+                     end: datetime | str | None = None,
+                     quota_share: str | None = None) -> Json:
+        """GET /reports/usage: per share and unit over [start, end) (the last 24 hours by
+        default), instance-hours own, borrowed, lent and warm, jobs, preemptions suffered
+        and caused, and the wait to first dispatch: {"start", "end", "rows": [...]}."""
+        params = {"start": _time(start), "end": _time(end), "quota_share": quota_share}
+        return dict(self.request("GET", "/reports/usage", params=params))
+
     def warm_pools(self, status: str | Iterable[str] | None = None,
                    quota_share: str | None = None) -> list[Json]:
         """Warm pools newest first (status: InUse, Available, Reused, Terminated)."""

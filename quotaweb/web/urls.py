@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from .views import jobs, overview, pools, shares, tokens
+from .views import jobs, overview, pools, reports, shares, tokens
 
 app_name = "web"
 
@@ -20,6 +20,8 @@ urlpatterns = [
     path("jobs/<int:job_id>/terminate", jobs.terminate, name="job-terminate"),
     path("jobs/<int:job_id>/keep-alive", jobs.change_keep_alive, name="job-keep-alive"),
     path("submit", jobs.submit, name="submit"),
+    path("reports/usage", reports.usage, name="report"),
+    path("reports/usage.csv", reports.usage_csv, name="report-csv"),
     path("warm-pools", pools.warm_pools, name="warm-pools"),
     path("warm-pools/table", pools.warm_pools_table, name="warm-pools-table"),
     path("warm-pools/<int:pool_id>/keep-alive", pools.pool_keep_alive,

@@ -79,6 +79,7 @@ OPERATIONS = {
     ("get", "/api/v1/usage"), ("get", "/api/v1/events"),
     ("get", "/api/v1/tokens"), ("post", "/api/v1/tokens"),
     ("delete", "/api/v1/tokens/{token_id}"), ("post", "/api/v1/tokens/revoke-all"),
+    ("get", "/api/v1/reports/usage"),
 }
 JOB_FIELDS = {
     "id", "name", "quota_share", "priority", "status", "status_reason", "pending_reason",

@@ -634,3 +634,24 @@ def test_cli_wait_rewrites_its_line_on_a_terminal(server: LiveServer) -> None:
     assert text.count("\r\x1b[K") >= 2  # rewritten at every poll
     assert text.endswith("\n") and "SUCCEEDED" in text.rsplit("\r\x1b[K", 1)[-1]
     assert stdout.strip().endswith("SUCCEEDED")
+
+
+def test_cli_report_is_the_apis_usage_report(server: LiveServer) -> None:
+    carol = server.client("carol")
+    job = carol.queue("QS3").submit(unique("report"), duration_seconds=1)
+    job.wait(timeout=WAIT, poll=0.2)
+    shown = cli(server, "report", "--since", "1h", "--share", "QS3")
+    assert shown.returncode == 0, shown.stderr
+    heading, header, *rows = shown.stdout.splitlines()
+    assert heading.endswith("(UTC)") and header.split()[:3] == ["SHARE", "UNIT", "OWN_H"]
+    assert [row.split()[:2] for row in rows] == [["QS3", UNIT]]
+    as_json = json.loads(cli(server, "report", "--since", "2h", "--share", "QS3",
+                             "--json").stdout)
+    assert as_json["rows"][0]["jobs_submitted"] >= 1
+    by_client = carol.usage_report(start=as_json["start"], end=as_json["end"],
+                                   quota_share="QS3")
+    assert by_client["rows"][0]["jobs_submitted"] == as_json["rows"][0]["jobs_submitted"]
+    refused = cli(server, "report", "--since", "1h", "--until", "2h")
+    assert refused.returncode == 1 and "after its start" in refused.stderr
+    too_long = cli(server, "report", "--since", "2000-01-01T00:00:00Z")
+    assert too_long.returncode == 1 and "at most 366 days" in too_long.stderr
