@@ -67,6 +67,7 @@ MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "quotaweb.middleware.refuse_unstorable_text",
+    "quotaweb.middleware.content_security_policy",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
@@ -165,6 +166,9 @@ QUOTAWEB = {
         "QUOTAWEB_WARM_POOL_MAX_LIFETIME_SECONDS", 2_419_200, low=1),
     "TICK_SECONDS": 1,
     "HEARTBEAT_LEASE_SECONDS": env.integer("QUOTAWEB_HEARTBEAT_LEASE_SECONDS", 30, low=1),
+    # GET /metrics: scraped with this bearer token, or from these addresses without one.
+    "METRICS_TOKEN": env.string("QUOTAWEB_METRICS_TOKEN") or None,
+    "METRICS_ALLOW": env.networks("QUOTAWEB_METRICS_ALLOW", ["127.0.0.1", "::1"]),
     # The local executor runs commands: on only where it is switched on (always embedded).
     "LOCAL_EXECUTOR": env.boolean("QUOTAWEB_LOCAL_EXECUTOR", EMBEDDED),
     "WORK_DIR": Path(env.string("QUOTAWEB_WORK_DIR", str(DATA_DIR / "work")) or DATA_DIR),
@@ -213,10 +217,20 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = 1024 * 1024
 SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = False
 X_FRAME_OPTIONS = "DENY"
+# Scripts from this server only, never inline; inline style attributes are allowed (the
+# pages colour shares with them, and Plotly styles its charts so).  connect-src 'self'
+# covers the websocket of the same host.
+CONTENT_SECURITY_POLICY = (
+    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data:; font-src 'self' data:; connect-src 'self'; object-src 'none'; "
+    "base-uri 'self'; form-action 'self'; frame-ancestors 'none'"
+)
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 if HTTPS:
     SECURE_SSL_REDIRECT = env.boolean("QUOTAWEB_SSL_REDIRECT", True)
+    # The containers' health check asks http://127.0.0.1:8000/healthz, behind the proxy.
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True

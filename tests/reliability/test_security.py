@@ -228,3 +228,63 @@ def test_members_and_administrators_see_them(world: World, secret_job: int, role
     assert f"{SECRET}-log" in client.get(f"/api/v1/jobs/{secret_job}/logs").content.decode()
     page = client.get(f"/jobs/{secret_job}").content.decode()
     assert f"{SECRET}-command" in page and f"{SECRET}-log" in page
+
+
+# Deployment defaults (issue 11, item 7) -----------------------------------------------
+
+CSP_PAGES = ["/", "/fleet", "/shares/QS1", "/jobs/{job}", "/submit", "/warm-pools",
+             "/capacity", "/tokens", "/api/v1/docs", "/admin/", "/admin/quotaweb/quotashare/"]
+
+
+def _directives(policy: str) -> dict[str, list[str]]:
+    parts = [part.split() for part in policy.split(";") if part.strip()]
+    return {part[0]: part[1:] for part in parts}
+
+
+@pytest.mark.django_db
+def test_every_page_has_a_content_security_policy_and_no_inline_script(world: World) -> None:
+    import re
+
+    target = job("QS1")
+    pages = [Client().get("/accounts/login/")]
+    client = client_of(world, "admin")
+    pages += [client.get(page.format(job=target.id)) for page in CSP_PAGES]
+    for response in pages:
+        where = response.request["PATH_INFO"]
+        assert response.status_code == 200, where
+        policy = _directives(response["Content-Security-Policy"])
+        assert policy["script-src"] == ["'self'"], (where, policy)
+        assert policy["default-src"] == ["'self'"] and policy["object-src"] == ["'none'"]
+        assert policy["frame-ancestors"] == ["'none'"]
+        html = response.content.decode()
+        for tag in re.findall(r"<script\b[^>]*>", html):
+            # Data for the scripts travels in JSON blocks, which browsers do not run.
+            assert "src=" in tag or 'type="application/json"' in tag, (where, tag)
+        assert not re.search(r"\son[a-z]+\s*=", html), where  # no inline handlers
+        assert "javascript:" not in html, where
+
+
+def test_compose_has_no_default_database_password_and_turns_https_on_in_production() -> None:
+    compose = (REPO / "docker-compose.yml").read_text()
+    assert "POSTGRES_PASSWORD:-" not in compose and ":-quotaweb}" not in compose
+    assert compose.count("${POSTGRES_PASSWORD:?") == 2  # the database and DATABASE_URL
+    notes = compose.split("x-quotaweb:")[0]
+    assert "QUOTAWEB_HTTPS=1" in notes and "X-Forwarded-Proto" in notes
+    assert "QUOTAWEB_HTTPS: ${QUOTAWEB_HTTPS" in compose  # passed to every process
+    clean = {k: v for k, v in os.environ.items() if k not in ("SECRET_KEY", "POSTGRES_PASSWORD")}
+
+    def config(**env: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["docker-compose", "config", "-q"], cwd=REPO, env={**clean, **env},
+                              capture_output=True, text=True, timeout=SUBPROCESS_SECONDS)
+
+    assert config(SECRET_KEY="x", POSTGRES_PASSWORD="y").returncode == 0
+    missing = config(SECRET_KEY="x")
+    assert missing.returncode != 0 and "POSTGRES_PASSWORD" in missing.stderr
+    assert "POSTGRES_PASSWORD=" in (REPO / ".ci" / "run").read_text()
+
+
+def test_the_readme_documents_quotaweb_https() -> None:
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("QUOTAWEB_HTTPS"):][:3000]
+    for words in ("Secure", "HSTS", "X-Forwarded-Proto", "QUOTAWEB_SSL_REDIRECT"):
+        assert words in section, words
