@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from urllib.parse import unquote, urlparse
 
@@ -61,6 +62,18 @@ def csv(name: str, default: list[str]) -> list[str]:
     if value is None:
         return default
     return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def networks(name: str, default: list[str]) -> list[str]:
+    """Comma-separated addresses or networks (10.0.0.0/8, ::1); each must parse."""
+    items = csv(name, default)
+    for item in items:
+        try:
+            ipaddress.ip_network(item, strict=False)
+        except ValueError:
+            raise ImproperlyConfigured(
+                f"{name} must list addresses or networks (10.0.0.0/8), not {item!r}.") from None
+    return items
 
 
 POOL_WAIT_SECONDS = 30

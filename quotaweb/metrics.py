@@ -1,0 +1,195 @@
+"""GET /metrics: Quotaweb's state for Prometheus, in its text format (prometheus_client).
+
+Every figure is read from the database when Prometheus scrapes, so any web process
+answers with the same numbers, whichever process runs the cycle or the jobs.  Names follow
+Kueue's where it has one (a quota share plays the part of a ClusterQueue: nominal quota,
+resource usage, pending and admitted workloads, preempted workloads), and add what Kueue
+lacks: borrowed, lent, own and warm instances, queued instances, warm-pool hits and
+billable instance-seconds.
+
+Who may scrape (settings.QUOTAWEB["METRICS_TOKEN"], ["METRICS_ALLOW"]): a request with
+`Authorization: Bearer <METRICS_TOKEN>` when a token is set, or from an address in the
+allow-list (loopback only by default).  Anything else gets 403, without a body that says
+which figures exist.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from django.conf import settings
+from django.db.models import Count, F, Q, Sum
+from django.http import HttpRequest, HttpResponse
+from django.utils import timezone
+from django.views.decorators.http import require_GET
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from .models import Attempt, CapacityUnit, CycleRecord, Job, QuotaShare, WarmPoolSegment
+from .models.jobs import ACTIVE_STATUSES, QUEUED_STATUSES
+from .models.warm_pools import PoolStatus
+from .services.billing import segment_billable_seconds
+from .web.usage_data import latest_figures
+
+SHARE_UNIT = ("quota_share", "capacity_unit")
+# Seconds; the cycle runs once a second, so its interesting range is well under one.
+CYCLE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+# metric name (after quotaweb_) → (usage figure, help)
+USAGE_GAUGES = {
+    "quota_share_nominal_quota": ("limit", "Instances the share may use without borrowing "
+                                           "(Kueue: cluster_queue_nominal_quota)."),
+    "quota_share_resource_usage": ("in_use", "Instances the share holds: its SCHEDULED, "
+                                             "STARTING and RUNNING jobs and Available warm "
+                                             "pools (Kueue: cluster_queue_resource_usage)."),
+    "quota_share_own_instances": ("own", "Instances the share holds within its limit."),
+    "quota_share_borrowed_instances": ("borrowed", "Instances the share holds above its limit."),
+    "quota_share_lent_instances": ("lent", "Idle instances of the share's limit other shares "
+                                           "use."),
+    "quota_share_warm_instances": ("warm", "Instances of the share's Available warm pools."),
+    "quota_share_queued_instances": ("queued", "Instances the share's waiting jobs ask for."),
+}
+
+
+def _labels(key: str) -> list[str]:
+    share, unit = key.split("|", 1)
+    return [share, unit]
+
+
+class QuotawebCollector(Collector):
+    """Reads the figures at each scrape (a fixed number of queries)."""
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._usage()
+        yield from self._workloads()
+        yield from self._capacity()
+        yield from self._preemptions()
+        yield from self._warm_pools()
+        yield self._cycles()
+
+    def _usage(self) -> Iterable[Metric]:
+        """The same figures as the API's quota-share usage: the newest sample per series."""
+        live = set(QuotaShare.live.values_list("name", flat=True))
+        latest = {key: figures for key, figures in latest_figures().items()
+                  if key.split("|", 1)[0] in live}
+        for name, (figure, text) in USAGE_GAUGES.items():
+            gauge = GaugeMetricFamily(f"quotaweb_{name}", text, labels=SHARE_UNIT)
+            for key, figures in sorted(latest.items()):
+                gauge.add_metric(_labels(key), figures[figure])
+            yield gauge
+
+    def _workloads(self) -> Iterable[Metric]:
+        jobs = Job.objects.filter(quota_share__deleted_at__isnull=True)
+        for name, statuses, text in (
+            ("pending_workloads", QUEUED_STATUSES,
+             "Jobs waiting for capacity, SUBMITTED or RUNNABLE (Kueue: pending_workloads)."),
+            ("admitted_active_workloads", ACTIVE_STATUSES,
+             "Jobs holding capacity, SCHEDULED, STARTING or RUNNING "
+             "(Kueue: admitted_active_workloads)."),
+        ):
+            gauge = GaugeMetricFamily(f"quotaweb_{name}", text, labels=SHARE_UNIT)
+            for share, unit, count in jobs.filter(status__in=statuses).values_list(
+                    "quota_share__name", "instance_type").annotate(n=Count("id")).values_list(
+                    "quota_share__name", "instance_type", "n").order_by(
+                    "quota_share__name", "instance_type"):
+                gauge.add_metric([share, unit], count)
+            yield gauge
+
+    def _capacity(self) -> Iterable[Metric]:
+        gauge = GaugeMetricFamily("quotaweb_capacity_instances",
+                                  "Instances of the capacity unit.", labels=["capacity_unit"])
+        for unit, capacity in CapacityUnit.objects.order_by("name").values_list(
+                "name", "max_capacity"):
+            gauge.add_metric([unit], capacity)
+        yield gauge
+
+    def _preemptions(self) -> Iterable[Metric]:
+        counter = CounterMetricFamily(
+            "quotaweb_preempted_workloads",
+            "Preempted attempts by the victim's share, the preemptor's share and the kind, "
+            "CROSS_SHARE (a reclaim) or IN_SHARE (Kueue: preempted_workloads_total).",
+            labels=["quota_share", "preempting_quota_share", "reason"])
+        for share, by, kind, count in Attempt.objects.filter(outcome="PREEMPTED").values_list(
+                "job__quota_share__name", "preempted_by__quota_share__name", "kind").annotate(
+                n=Count("id")).values_list("job__quota_share__name",
+                                           "preempted_by__quota_share__name", "kind",
+                                           "n").order_by("job__quota_share__name"):
+            counter.add_metric([share, by or "", kind or ""], count)
+        yield counter
+
+    def _warm_pools(self) -> Iterable[Metric]:
+        hits = CounterMetricFamily("quotaweb_warm_pool_hits",
+                                   "Attempts started on a warm pool instead of a cold start.",
+                                   labels=SHARE_UNIT)
+        for share, unit, count in Attempt.objects.filter(warm_start=True).values_list(
+                "job__quota_share__name", "job__instance_type").annotate(
+                n=Count("id")).values_list("job__quota_share__name", "job__instance_type",
+                                           "n").order_by("job__quota_share__name"):
+            hits.add_metric([share, unit], count)
+        yield hits
+        billable = CounterMetricFamily(
+            "quotaweb_warm_pool_billable_instance_seconds",
+            "Billable warm-pool time: each segment's Available seconds × its instances, "
+            "growing while a pool stands Available.", labels=SHARE_UNIT)
+        totals: dict[tuple[str, str], float] = {}
+        for share, unit, retained in WarmPoolSegment.objects.exclude(
+                status=PoolStatus.AVAILABLE).values_list(
+                "job__quota_share__name", "job__instance_type").annotate(
+                total=Sum(F("retained_billable_seconds") * F("job__instance_count"))
+                ).values_list("job__quota_share__name", "job__instance_type", "total"):
+            totals[share, unit] = totals.get((share, unit), 0.0) + float(retained or 0)
+        now = timezone.now()
+        for segment in WarmPoolSegment.objects.filter(
+                status=PoolStatus.AVAILABLE).select_related("job__quota_share"):
+            key = (segment.job.quota_share.name, segment.job.instance_type)
+            totals[key] = totals.get(key, 0.0) + segment_billable_seconds(
+                segment, now) * segment.job.instance_count
+        for key in sorted(totals):
+            billable.add_metric(list(key), totals[key])
+        yield billable
+
+    def _cycles(self) -> Metric:
+        total = F("load_ms") + F("plan_ms") + F("apply_ms")
+        counts: dict[str, Any] = {f"le{i}": Count("id", filter=Q(total__lte=bound * 1000))
+                                  for i, bound in enumerate(CYCLE_BUCKETS)}
+        figures = CycleRecord.objects.annotate(total=total).aggregate(
+            count=Count("id"), sum=Sum("total"), **counts)
+        buckets = [(str(bound), figures[f"le{i}"]) for i, bound in enumerate(CYCLE_BUCKETS)]
+        buckets.append(("+Inf", figures["count"]))
+        return HistogramMetricFamily(
+            "quotaweb_cycle_duration_seconds",
+            "How long scheduling cycles took: load, plan and apply.", buckets=buckets,
+            sum_value=(figures["sum"] or 0.0) / 1000)
+
+
+def allowed(request: HttpRequest) -> bool:
+    """The metrics token in a bearer header, or an address in the allow-list."""
+    token = settings.QUOTAWEB.get("METRICS_TOKEN")
+    header = request.headers.get("Authorization", "")
+    if token and header.startswith("Bearer ") and hmac.compare_digest(
+            header[len("Bearer "):].encode(), token.encode()):
+        return True
+    try:
+        address = ipaddress.ip_address(request.META.get("REMOTE_ADDR", ""))
+    except ValueError:
+        return False
+    return any(address in ipaddress.ip_network(network, strict=False)
+               for network in settings.QUOTAWEB.get("METRICS_ALLOW", []))
+
+
+@require_GET
+def metrics(request: HttpRequest) -> HttpResponse:
+    if not allowed(request):
+        return HttpResponse("Forbidden: /metrics needs the metrics token or an allowed "
+                            "address.\n", status=403, content_type="text/plain")
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(QuotawebCollector())
+    return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
