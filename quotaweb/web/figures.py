@@ -386,6 +386,8 @@ def fleet_figure(
         "height": max(260, 110 + 30 * len(labels)),
         "margin": {"l": 130, "r": 12, "t": 40, "b": 36},
         "barmode": "overlay", "bargap": 0.3, "hovermode": "closest",
+        "uniformtext": {"mode": "hide", "minsize": 9},
+        "hoverlabel": {"align": "left", "namelength": -1},
         "legend": {"orientation": "h", "x": 0, "y": 1, "yanchor": "bottom"},
         "paper_bgcolor": "rgba(0,0,0,0)", "plot_bgcolor": "#ffffff",
         "font": {"family": "system-ui, -apple-system, Segoe UI, Roboto, sans-serif"},
@@ -414,6 +416,12 @@ def _bar_trace(
     warm = kind == "warm"
     names = {"warm": f"{share} warm pool", "stopping": f"{share} stopping (grace)"}
     extra: dict[str, Any] = {}
+    if kind == "run":
+        # The job's name inside its bar, where it fits (layout.uniformtext hides the rest).
+        extra = {"text": [str(b.get("job_name", "")) for b in ordered],
+                 "textposition": "inside", "insidetextanchor": "start",
+                 "textfont": {"size": 11, "color": INK}, "constraintext": "inside",
+                 "textangle": 0}
     if kind == "stopping":
         extra = {"width": [0.28] * len(ordered),
                  "marker": {"color": tint(STOPPING_COLOUR, 0.85),

@@ -315,6 +315,18 @@ def test_a_stopping_victim_is_a_thin_crossed_bar_drawn_over_the_waiting_preempto
     assert last["customdata"][0][2] == "stopping: SIGTERM sent for qs1_job_low"
 
 
+def test_run_bars_carry_their_job_name_inside_where_it_fits() -> None:
+    figure = fleet([{"name": UNIT, "max_capacity": 2}],
+                   [bar("QS1", 0, 30, 20, job="train_big"),
+                    bar("QS1", 1, 5, None, job="short"),
+                    bar("QS1", 1, 20, 10, kind="warm", job="train_big")])
+    run, warm = figure["data"]
+    assert run["text"] == ["train_big", "short"]
+    assert (run["textposition"], run["insidetextanchor"]) == ("inside", "start")
+    assert "text" not in warm
+    assert figure["layout"]["uniformtext"] == {"mode": "hide", "minsize": 9}
+
+
 def test_the_fleet_is_stacked_as_overlay_with_instances_top_down() -> None:
     figure = fleet([{"name": UNIT, "max_capacity": 3}], [bar("QS1", 0, 5, 1)])
     layout = figure["layout"]
