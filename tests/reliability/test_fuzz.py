@@ -7,6 +7,7 @@ it (tests.reliability.invariants)."""
 
 from __future__ import annotations
 
+import json
 import zlib
 from collections import Counter
 from collections.abc import Iterator
@@ -162,3 +163,130 @@ def test_fuzzing_the_api_finds_no_server_error_and_breaks_no_invariant(
     # The fuzz changes the configuration (capacity, limits, strategies) on purpose, so the
     # accounting may be left "broken" by a configuration change, as SPEC.md 3 allows.
     assert_invariants(Expectations(config_changed=True))
+
+
+# Text no column can store, in every string the schema names (issue 11) -----------------
+
+BAD_TEXT = ("\ud800", "a\x00b", "\udfff" * 3, "\x00")
+# A valid body of every operation that takes one; a bad string goes into one place of it.
+BASE_BODIES: dict[tuple[str, str], dict[str, Any]] = {
+    ("post", "/api/v1/jobs"): {**helpers.submission(), "role": "r", "client_token": "t",
+                               "volume_kms_key_id": "k", "security_group_ids": ["sg"],
+                               "subnets": ["s"], "environment": {"A": "1"}},
+    ("patch", "/api/v1/jobs/{job_id}"): {"priority": 1},
+    ("post", "/api/v1/jobs/{job_id}/terminate"): {"reason": "stop"},
+    ("put", "/api/v1/capacity"): {"capacity_limits": [
+        {"capacity_unit": helpers.UNIT, "max_capacity": 4}]},
+    ("post", "/api/v1/quota-shares"): {"name": "QS9", "sharing_strategy": "LEND",
+                                       "members": ["member"], "capacity_limits": [
+                                           {"capacity_unit": helpers.UNIT, "max_capacity": 0}]},
+    ("patch", "/api/v1/quota-shares/{name}"): {"state": "ENABLED", "members": ["member"],
+                                               "capacity_limits": [{
+                                                   "capacity_unit": helpers.UNIT,
+                                                   "max_capacity": 2}]},
+    ("post", "/api/v1/tokens"): {"name": "laptop", "expires_at": "2999-01-01T00:00:00Z"},
+}
+PATH_VALUES = {"job_id": "{job}", "name": "QS1", "token_id": "1"}
+
+
+def _resolve(node: dict[str, Any], components: dict[str, Any]) -> dict[str, Any]:
+    while "$ref" in node:
+        node = components[node["$ref"].rsplit("/", 1)[1]]
+    for key in ("anyOf", "allOf"):  # a nullable or annotated field: its non-null form
+        for option in node.get(key, []):
+            if option.get("type") != "null":
+                return _resolve(option, components)
+    return node
+
+
+def string_places(node: dict[str, Any], components: dict[str, Any],
+                  where: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every place a string goes in a body of this schema: field names, [0] for an array's
+    item, a ("key",) step for an object's keys and ("value",) for its values."""
+    node = _resolve(node, components)
+    kind = node.get("type")
+    if kind == "string" or "enum" in node:
+        return [where]
+    if kind == "array":
+        return string_places(node.get("items", {}), components, (*where, 0))
+    places: list[tuple[Any, ...]] = []
+    for name, field in node.get("properties", {}).items():
+        places += string_places(field, components, (*where, name))
+    extra = node.get("additionalProperties")
+    if isinstance(extra, dict) and _resolve(extra, components).get("type") == "string":
+        places += [(*where, ("key",)), (*where, ("value",))]
+    return places
+
+
+def _with_bad_text(body: Any, place: tuple[Any, ...], bad: str) -> Any:
+    body = json.loads(json.dumps(body))
+    if not place:
+        return bad
+    step, rest = place[0], place[1:]
+    if step == ("key",):
+        return {bad: "1"}
+    if step == ("value",):
+        return {"A": bad}
+    if isinstance(step, int):
+        items = body if isinstance(body, list) and body else [body[0] if body else "x"]
+        return [_with_bad_text(items[0], rest, bad)]
+    current = body.get(step) if isinstance(body, dict) else None
+    if current is None:
+        current = [] if rest and isinstance(rest[0], int) else {} if rest else ""
+    return {**body, step: _with_bad_text(current, rest, bad)}
+
+
+def test_lone_surrogates_and_nul_in_every_string_field_parameter_and_path_are_refused(
+        world: World) -> None:
+    """Every string of every request body (nested ones, list items and object keys and
+    values included), every query parameter and every path parameter the schema names,
+    holding a lone surrogate or a NUL: a 4xx in the error format, never a 5xx, and
+    nothing changes."""
+    from django.test import Client
+
+    from tests.web.test_api_helpers import state
+
+    target = submit_job(world.users["admin"], **helpers.submission(name="target"))[0].pk
+    client = Client()
+    client.force_login(world.users["admin"])  # a session may also create tokens
+    served = client.get(SCHEMA_URL).json()
+    components = served["components"]["schemas"]
+    before = state()
+    tried: Counter[str] = Counter()
+    failures: list[str] = []
+
+    def check(label: str, response: Any, statuses: tuple[int, ...]) -> None:
+        tried[label.split()[0]] += 1
+        body = response.json() if response.get("Content-Type") == "application/json" else None
+        ok = (response.status_code in statuses and body is not None
+              and set(body) == {"error"} and set(body["error"]) == {"code", "message", "fields"})
+        if not ok:
+            failures.append(f"{label} -> {response.status_code} {response.content[:200]!r}")
+
+    for path, operations in served["paths"].items():
+        for method, operation in operations.items():
+            url = path
+            for name, value in PATH_VALUES.items():
+                url = url.replace(f"{{{name}}}", value.format(job=target))
+            if "requestBody" in operation:
+                base = BASE_BODIES[(method, path)]  # a new operation needs a valid body here
+                body_schema = operation["requestBody"]["content"]["application/json"]["schema"]
+                for place in string_places(body_schema, components):
+                    for bad in BAD_TEXT:
+                        sent = json.dumps(_with_bad_text(base, place, bad))
+                        response = client.generic(method.upper(), url, sent,
+                                                  content_type="application/json")
+                        check(f"body {method} {path} {place} {bad!r}", response, (422,))
+            for parameter in operation.get("parameters", []):
+                if parameter["in"] == "query":
+                    response = client.generic(method.upper(), f"{url}?{parameter['name']}=a%00b")
+                    check(f"query {method} {path} {parameter['name']}", response, (422,))
+                elif parameter["in"] == "path":
+                    bad_url = path.replace(f"{{{parameter['name']}}}", "a%00b")
+                    for name, value in PATH_VALUES.items():
+                        bad_url = bad_url.replace(f"{{{name}}}", value.format(job=target))
+                    response = client.generic(method.upper(), bad_url)
+                    check(f"path {method} {path} {parameter['name']}", response, (400,))
+    assert not failures, f"{len(failures)} of {sum(tried.values())}:\n" + "\n".join(failures[:20])
+    assert tried["body"] >= 80 and tried["query"] >= 10 and tried["path"] >= 8, tried
+    assert state() == before
