@@ -326,17 +326,18 @@ def spawn(attempt: Attempt, sandbox: Sandbox, role: Role | None = None) -> Local
         private_directory(parent)
     sandbox.prepare([cwd, cache_directory])
     environment = job_environment(attempt, cache_directory, role, sandbox.user.name)
-    argv = sandbox.argv(job.command, run_dir=cwd, cache_dir=cache_directory,
-                        devices=role.rank.devices if role else (), hostname=registry.machine(),
-                        environment=environment)
+    launch = sandbox.launch(job.command, run_dir=cwd, cache_dir=cache_directory,
+                            devices=role.rank.devices if role else (),
+                            hostname=registry.machine(), environment=environment)
     # Append mode: the supervisor may empty the file once the log limit is reached, and
     # the command's writes then start again at its beginning.
-    with log_path.open("ab") as output:
+    with log_path.open("ab") as output, contextlib.closing(launch):
         popen = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT, cwd=cwd,
-            env=launcher_environment(QUOTAWEB_JOB_ID=environment["QUOTAWEB_JOB_ID"],
-                                     QUOTAWEB_ATTEMPT=environment["QUOTAWEB_ATTEMPT"]),
+            launch.argv, stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT,
+            cwd=cwd, env=launcher_environment(QUOTAWEB_JOB_ID=environment["QUOTAWEB_JOB_ID"],
+                                              QUOTAWEB_ATTEMPT=environment["QUOTAWEB_ATTEMPT"]),
             start_new_session=True, close_fds=True, umask=SANDBOX_UMASK,
+            pass_fds=launch.pass_fds,
         )
     return LocalProcess(attempt.pk, popen, LogTail(log_path, rank=index),
                         job.max_runtime_seconds, cache_directory, rank=index,

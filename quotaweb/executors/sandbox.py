@@ -32,16 +32,22 @@ from __future__ import annotations
 import functools
 import os
 import pwd
+import shlex
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from django.conf import settings
 
 SHELL = "/bin/sh"
 ENV = "/usr/bin/env"
+# Inside the sandbox, read-only: what the job user runs first, and the job's command.
+LAUNCH_SCRIPT = Path("/.quotaweb/launch")
+COMMAND_FILE = Path("/.quotaweb/command")
 # bwrap creates the mount points' parent directories with the caller's umask: they must
 # stay traversable for the job user once it has switched.
 SANDBOX_UMASK = 0o022
@@ -72,6 +78,38 @@ class JobUser:
     gid: int
 
 
+@dataclass
+class Launch:
+    """A sandboxed command ready to start: its argument vector and the open files whose
+    descriptors it names (pass them to the child, close them once it started)."""
+
+    argv: list[str]
+    files: list[IO[bytes]]
+
+    def attach(self, content: str) -> int:
+        file = tempfile.TemporaryFile()  # noqa: SIM115 (open until the child has started)
+        file.write(content.encode("utf-8", errors="surrogateescape"))
+        file.flush()
+        file.seek(0)
+        self.files.append(file)
+        return file.fileno()
+
+    @property
+    def pass_fds(self) -> tuple[int, ...]:
+        return tuple(file.fileno() for file in self.files)
+
+    def close(self) -> None:
+        for file in self.files:
+            file.close()
+
+
+def _launch_script(environment: Mapping[str, str]) -> str:
+    """The script the job user runs first: it replaces the environment by exactly the
+    job's and runs the command file."""
+    assignments = " ".join(shlex.quote(f"{name}={value}") for name, value in environment.items())
+    return f"exec {ENV} -i -- {assignments} {SHELL} {COMMAND_FILE}\n"
+
+
 @dataclass(frozen=True)
 class Sandbox:
     """The way this process runs commands: bubblewrap, then setpriv to the job user."""
@@ -81,23 +119,20 @@ class Sandbox:
     user: JobUser
     share_network: bool
 
-    def argv(self, command: str, *, run_dir: Path, cache_dir: Path | None,
-             devices: Sequence[str] = (), hostname: str = "job",
-             environment: Mapping[str, str] | None = None) -> list[str]:
-        """The argument vector that runs `command` with `sh -c` in the sandbox, in
-        `run_dir`, seeing `cache_dir` (read-write) and the GPU devices named, with
-        `environment` and nothing else.
+    def launch(self, command: str, *, run_dir: Path, cache_dir: Path | None,
+               devices: Sequence[str] = (), hostname: str = "job",
+               environment: Mapping[str, str] | None = None) -> Launch:
+        """How to run `command` with `sh` in the sandbox, in `run_dir`, seeing `cache_dir`
+        (read-write) and the GPU devices named, with `environment` and nothing else.
 
         bwrap and setpriv run as root, so nothing the job controls may reach them: a job's
         LD_PRELOAD naming a library it left in its cache directory would otherwise run as
-        root.  They are started with `launcher_environment()`, and the job's variables are
-        set by `env -i` only after setpriv has switched to the job user."""
-        # Every namespace but the user namespace: in one, only root would be mapped and
-        # setpriv could not become the job user.
-        args = [self.bwrap, "--die-with-parent", "--unshare-ipc", "--unshare-pid",
-                "--unshare-uts", "--unshare-cgroup-try", "--hostname", hostname]
-        if not self.share_network:
-            args.append("--unshare-net")
+        root.  They are started with `launcher_environment()`; the job's variables are set
+        by `env -i` only after setpriv has switched to the job user.  The variables and the
+        command reach the sandbox as files (LAUNCH_SCRIPT, COMMAND_FILE), not as
+        arguments, so that no other user of the host reads them in bwrap's command line."""
+        launch = Launch([], [])
+        args = [self.bwrap, *self._namespaces(hostname)]
         for directory in READ_ONLY:
             args += ["--ro-bind", directory, directory]
         args += _system_links()
@@ -107,6 +142,10 @@ class Sandbox:
         args += _traversable_parents(bound)
         for directory in bound:
             args += ["--bind", str(directory), str(directory)]
+        script = _launch_script(environment or {})
+        args += ["--perms", "0755", "--dir", str(LAUNCH_SCRIPT.parent)]
+        for path, content in ((LAUNCH_SCRIPT, script), (COMMAND_FILE, command)):
+            args += ["--perms", "0444", "--ro-bind-data", str(launch.attach(content)), str(path)]
         # bwrap run by root gives the sandbox no capability by default; these let it enter
         # the job user's directory and setpriv switch to that user, which drops them all.
         for capability in SWITCH_USER_CAPABILITIES:
@@ -114,9 +153,17 @@ class Sandbox:
         args += ["--chdir", str(run_dir), "--"]
         args += [self.setpriv, f"--reuid={self.user.uid}", f"--regid={self.user.gid}",
                  "--clear-groups", "--no-new-privs", "--inh-caps=-all",
-                 "--bounding-set=-all", "--", ENV, "-i", "--"]
-        args += [f"{name}={value}" for name, value in (environment or {}).items()]
-        args += [SHELL, "-c", command]
+                 "--bounding-set=-all", "--", SHELL, str(LAUNCH_SCRIPT)]
+        launch.argv = args
+        return launch
+
+    def _namespaces(self, hostname: str) -> list[str]:
+        # Every namespace but the user namespace: in one, only root would be mapped and
+        # setpriv could not become the job user.
+        args = ["--die-with-parent", "--unshare-ipc", "--unshare-pid", "--unshare-uts",
+                "--unshare-cgroup-try", "--hostname", hostname]
+        if not self.share_network:
+            args.append("--unshare-net")
         return args
 
     def prepare(self, directories: Iterable[Path | None]) -> None:
@@ -206,12 +253,15 @@ def _probe(sandbox: Sandbox) -> str | None:
     """Run `id -u` in the sandbox once: None when it works, else what went wrong."""
     scratch = Path(settings.QUOTAWEB["WORK_DIR"]) / "sandbox-probe"
     sandbox.prepare([scratch])
+    launch = sandbox.launch("id -u", run_dir=scratch, cache_dir=None)
     try:
-        done = subprocess.run(sandbox.argv("id -u", run_dir=scratch, cache_dir=None),
-                              capture_output=True, env=launcher_environment(),
-                              timeout=20, check=False, umask=SANDBOX_UMASK)
+        done = subprocess.run(launch.argv, capture_output=True, env=launcher_environment(),
+                              timeout=20, check=False, umask=SANDBOX_UMASK,
+                              pass_fds=launch.pass_fds)
     except (OSError, subprocess.TimeoutExpired) as error:
         return f"the sandbox could not start: {error}"
+    finally:
+        launch.close()
     if done.returncode != 0:
         detail = done.stderr.decode(errors="replace").strip()[:300]
         return f"the sandbox failed ({detail or f'exit {done.returncode}'})"

@@ -6,6 +6,7 @@ world-readable on purpose, so that only the sandbox stands between them and the 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import shutil
@@ -242,3 +243,23 @@ def test_a_jobs_environment_never_reaches_a_process_that_runs_as_root(
     assert not marker.exists(), marker.read_text()
     # The job itself got its LD_PRELOAD (as the job user, the library does nothing).
     assert lines(only_attempt(second))[-1] == str(pwd.getpwnam("quotaweb-job").pw_uid)
+
+
+def test_no_other_user_of_the_host_reads_a_jobs_environment_or_command(
+    data_dir: Path, supervisor: Any,
+) -> None:
+    """They reach the sandbox as files, so no command line on the host (which any user may
+    read in /proc) holds them while the job runs."""
+    share = make_share()
+    job = submit(share, f"echo started; sleep 30 # {SECRET}-command",
+                 environment={"TOKEN": f"{SECRET}-env"})
+    wait_for(lambda: lines(only_attempt(job)) == ["started"], "the job to start")
+    attempt = only_attempt(job)
+    command_lines = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if os.getpgid(int(entry.name)) == attempt.pid:
+                    command_lines.append((entry / "cmdline").read_bytes().decode())
+    assert len(command_lines) >= 3, command_lines  # bwrap, its init, sh, sleep
+    assert not [line for line in command_lines if SECRET in line], command_lines
