@@ -35,6 +35,7 @@ from .series import Moment, iso, parse_time
 
 Figure = dict[str, Any]
 Trace = dict[str, Any]
+Bar = dict[str, Any]
 
 # Okabe & Ito (2008), black left out: it marks limits and preemptions.
 OKABE_ITO = ("#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7")
@@ -87,6 +88,8 @@ def timeline_figure(
     now: Moment,
     window_seconds: int = WINDOW_SECONDS,
     stops: Iterable[Mapping[str, Any]] = (),
+    fixed_start: Moment | None = None,
+    follow_now: bool = True,
 ) -> Figure:
     """One row per (share, unit) in `rows` ({quota_share, capacity_unit, limit}), on one
     shared time axis showing the last `window_seconds` (zoom out for older samples).
@@ -96,7 +99,9 @@ def timeline_figure(
     {time, quota_share, capacity_unit, kind, job_name, preempted_by_name}) in a strip at
     its top: ▼ a reclaim by another share, ◆ an in-share preemption.  `stops` (grace
     periods: {quota_share, capacity_unit, since, until, job_name, preempted_by_name}) are
-    drawn in the same strip as a bar from the preemption to the victim's SIGKILL."""
+    drawn in the same strip as a bar from the preemption to the victim's SIGKILL.
+    With `fixed_start` (a chosen time range) the axis shows [fixed_start, now] whatever
+    the data's age; `follow_now` False keeps the page from moving it with the clock."""
     moment = parse_time(now)
     stopping: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
     for stop in stops:
@@ -110,6 +115,8 @@ def timeline_figure(
     earliest = _earliest([s["time"] for series in by_series.values() for s in series]
                          + [m["time"] for series in marks.values() for m in series])
     start = visible_start(moment, window_seconds, earliest)
+    if fixed_start is not None:
+        start, earliest = parse_time(fixed_start), None
     data: list[Trace] = []
     annotations: list[dict[str, Any]] = []
     tops: list[int] = []
@@ -128,6 +135,7 @@ def timeline_figure(
                         + [sum(int(p[f]) for f in STACKED_FIELDS) for p in points]))
     layout = _timeline_layout(tops, annotations, start, moment, window_seconds)
     layout["meta"]["earliest"] = iso(earliest) if earliest else None
+    layout["meta"]["follow_now"] = follow_now
     return {"data": data, "layout": layout, "config": CONFIG}
 
 
@@ -356,11 +364,14 @@ def fleet_figure(
     colours: Mapping[str, str],
     now: Moment,
     window_seconds: int = WINDOW_SECONDS,
+    fixed_start: Moment | None = None,
+    follow_now: bool = True,
 ) -> Figure:
-    """A Gantt of instances over time: one row per instance, a bar per attempt on it
-    (coloured by share, hatched when the attempt borrowed) and per warm-pool period
-    (dotted, paler), and a thin bar over the grace period of a preempted victim still
-    being stopped (SIGTERM sent, SIGKILL at its end).  Bars: {capacity_unit, instance,
+    """A Gantt of instances over time (`fixed_start` and `follow_now` as for timelines):
+    one row per instance, a bar per attempt on it (coloured by share, hatched when the
+    attempt borrowed) and per warm-pool period (dotted, paler), and a thin bar over the
+    grace period of a preempted victim still being stopped (SIGTERM sent, SIGKILL at its
+    end).  Bars: {capacity_unit, instance,
     quota_share, kind "run"|"warm"|"stopping", start, end (None: still open), job_id,
     job_name, attempt, outcome, borrowed_instances, instance_count, warm_start,
     preempted_by_name (stopping)}."""
@@ -377,6 +388,8 @@ def fleet_figure(
             for share, kind in order if groups.get((share, kind))]
     earliest = _earliest(b["start"] for b in bars)
     start = visible_start(moment, window_seconds, earliest)
+    if fixed_start is not None:
+        start, earliest = parse_time(fixed_start), None
     annotations = [] if bars else [{
         "text": "No instance was held in this period: dispatched jobs appear here.",
         "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.5, "showarrow": False,
@@ -399,9 +412,47 @@ def fleet_figure(
         "annotations": annotations,
         "meta": {"time_axes": ["xaxis"], "window_seconds": window_seconds,
                  "min_window_seconds": MIN_WINDOW_SECONDS, "lead_seconds": LEAD_SECONDS,
-                 "earliest": iso(earliest) if earliest else None, "follow_now": True},
+                 "earliest": iso(earliest) if earliest else None,
+                 "follow_now": follow_now},
     }
     return {"data": data, "layout": layout, "config": CONFIG}
+
+
+def merge_bars(bars: Iterable[Mapping[str, Any]], tolerance_seconds: float) -> list[Bar]:
+    """Bars on one instance, of one share and kind, that follow each other within
+    `tolerance_seconds` drawn as one (a long range's downsampling): the merged bar spans
+    them all, stays open if the last is open, borrowed if any borrowed, and names how
+    many jobs it holds ("3 jobs") when they are several."""
+    groups: dict[tuple[Any, ...], list[Mapping[str, Any]]] = defaultdict(list)
+    for bar in bars:
+        groups[bar["capacity_unit"], int(bar["instance"]), bar["quota_share"],
+               bar["kind"]].append(bar)
+    merged: list[Bar] = []
+    for group in groups.values():
+        group.sort(key=lambda b: parse_time(b["start"]))
+        current: Bar | None = None
+        for bar in group:
+            if current is not None and current["end"] is not None and (
+                    parse_time(bar["start"]) - parse_time(current["end"])
+            ).total_seconds() <= tolerance_seconds:
+                _absorb(current, bar)
+                continue
+            current = {**bar, "jobs": {bar.get("job_id")}}
+            merged.append(current)
+    for bar in merged:
+        jobs = bar.pop("jobs")
+        if len(jobs) > 1:
+            bar["job_name"] = f"{len(jobs)} jobs"
+    return merged
+
+
+def _absorb(current: Bar, bar: Mapping[str, Any]) -> None:
+    ends = [current["end"], bar.get("end")]
+    current["end"] = None if None in ends else max(ends, key=parse_time)
+    current["jobs"].add(bar.get("job_id"))
+    current["borrowed_instances"] = max(current.get("borrowed_instances") or 0,
+                                        bar.get("borrowed_instances") or 0)
+    current["outcome"] = bar.get("outcome")
 
 
 def _bar_trace(

@@ -16,22 +16,27 @@ from django.db.models import Q
 from ..models import Attempt, CapacityUnit, Event, WarmPoolSegment
 from ..models.warm_pools import PoolStatus
 from . import figures, grace
+from .ranges import TimeRange
 from .usage_data import share_colours
 
 HISTORY = timedelta(hours=2)
 MAX_ATTEMPTS = 2_000
+MAX_LONG_ATTEMPTS = 50_000  # a chosen range's attempts, before merging
+BUCKETS = 600  # a long range's time resolution: about one pixel column
 POOL_ENDS = ("WARM_POOL_REUSED", "WARM_POOL_TERMINATED")
 
 Bar = dict[str, Any]
 
 
-def attempt_bars(now: datetime) -> list[Bar]:
-    """A bar per instance of every attempt that held instances in the last HISTORY."""
+def attempt_bars(now: datetime, since: datetime | None = None,
+                 limit: int = MAX_ATTEMPTS) -> list[Bar]:
+    """A bar per instance of every attempt that held instances since `since` (the last
+    HISTORY by default)."""
     attempts = (
         Attempt.objects.select_related("job__quota_share")
         .filter(scheduled_at__lte=now)
-        .filter(Q(outcome__isnull=True) | Q(stopped_at__gte=now - HISTORY))
-        .order_by("-scheduled_at", "-id")[:MAX_ATTEMPTS]
+        .filter(Q(outcome__isnull=True) | Q(stopped_at__gte=since or now - HISTORY))
+        .order_by("-scheduled_at", "-id")[:limit]
     )
     return [{
         "capacity_unit": attempt.job.instance_type, "instance": int(number),
@@ -44,16 +49,19 @@ def attempt_bars(now: datetime) -> list[Bar]:
     } for attempt in attempts for number in attempt.instances]
 
 
-def warm_bars(now: datetime) -> list[Bar]:
-    """A bar per instance of every warm-pool segment Available in the last HISTORY."""
+def warm_bars(now: datetime, since: datetime | None = None,
+              limit: int = MAX_ATTEMPTS) -> list[Bar]:
+    """A bar per instance of every warm-pool segment Available since `since` (the last
+    HISTORY by default)."""
+    since = since or now - HISTORY
     segments = list(
         WarmPoolSegment.objects.select_related("job__quota_share", "pool")
         .filter(available_since__isnull=False, available_since__lte=now)
         # A segment stands Available for at most the keep-alive cap (an hour) before it
         # ends, so older ones ended before the window.
         .filter(Q(status=PoolStatus.AVAILABLE)
-                | Q(available_since__gte=now - HISTORY - timedelta(hours=1)))
-        .order_by("-available_since", "-id")[:MAX_ATTEMPTS]
+                | Q(available_since__gte=since - timedelta(hours=1)))
+        .order_by("-available_since", "-id")[:limit]
     )
     ends: dict[int, list[datetime]] = {}
     for job_id, time in Event.objects.filter(
@@ -68,7 +76,7 @@ def warm_bars(now: datetime) -> list[Bar]:
         if segment.status != PoolStatus.AVAILABLE:
             later = [t for t in ends.get(segment.job_id, []) if t >= start]
             end = later[0] if later else (segment.expires_at or start)
-            if end < now - HISTORY:
+            if end < since:
                 continue
         instances = segment.pool.instances if segment.pool is not None else []
         bars += [{
@@ -81,19 +89,31 @@ def warm_bars(now: datetime) -> list[Bar]:
     return bars
 
 
-def stopping_bars(now: datetime) -> list[Bar]:
-    """A thin bar per instance of every victim's grace period in the last HISTORY: its
-    process was sent SIGTERM at the preemption and is killed at the end."""
+def stopping_bars(now: datetime, since: datetime | None = None) -> list[Bar]:
+    """A thin bar per instance of every victim's grace period since `since` (the last
+    HISTORY by default): its process was sent SIGTERM at the preemption and is killed at
+    the end."""
     return [{
         "capacity_unit": stop["capacity_unit"], "instance": int(number),
         "quota_share": stop["quota_share"], "kind": "stopping", "start": stop["since"],
         "end": stop["until"], "job_id": stop["job_id"], "job_name": stop["job_name"],
         "preempted_by_name": stop["preempted_by_name"], "outcome": "PREEMPTED",
-    } for stop in grace.grace_periods(now, now - HISTORY) for number in stop["instances"]]
+    } for stop in grace.grace_periods(now, since or now - HISTORY)
+        for number in stop["instances"]]
 
 
-def fleet(now: datetime) -> dict[str, Any]:
-    """The fleet Gantt figure of the last HISTORY (showing the last 30 minutes)."""
+def fleet(now: datetime, period: TimeRange | None = None) -> dict[str, Any]:
+    """The fleet Gantt figure of the last HISTORY (showing the last 30 minutes), or of a
+    chosen `period` (web.ranges), downsampled: bars closer than a pixel column's worth of
+    time on one instance, of one share and kind, are drawn as one (figures.merge_bars)."""
     units = list(CapacityUnit.objects.order_by("name").values("name", "max_capacity"))
-    bars = attempt_bars(now) + warm_bars(now) + stopping_bars(now)
-    return figures.fleet_figure(units, bars, colours=share_colours(), now=now)
+    if period is None:
+        bars = attempt_bars(now) + warm_bars(now) + stopping_bars(now)
+        return figures.fleet_figure(units, bars, colours=share_colours(), now=now)
+    until, since = period.end, period.start
+    bars = (attempt_bars(until, since, MAX_LONG_ATTEMPTS)
+            + warm_bars(until, since, MAX_LONG_ATTEMPTS) + stopping_bars(until, since))
+    bars = figures.merge_bars(bars, period.seconds / BUCKETS)
+    return figures.fleet_figure(units, bars, colours=share_colours(), now=until,
+                                window_seconds=period.seconds, fixed_start=since,
+                                follow_now=period.follows_now)

@@ -10,6 +10,10 @@ from datetime import UTC, datetime, timedelta
 
 PRESETS = {"1h": timedelta(hours=1), "24h": timedelta(hours=24), "7d": timedelta(days=7),
            "30d": timedelta(days=30)}
+# What the timelines and the fleet offer: 30m is the live view the pages open with.
+TIMELINE_PRESETS = {"30m": timedelta(minutes=30), "1h": timedelta(hours=1),
+                    "24h": timedelta(hours=24), "7d": timedelta(days=7)}
+LABELS = {"30m": "30 min", "1h": "1 h", "24h": "24 h", "7d": "7 d", "30d": "30 d"}
 LONGEST = timedelta(days=366)
 
 
@@ -19,6 +23,17 @@ class TimeRange:
     end: datetime
     key: str  # the preset's name, or "custom"
     problem: str | None = None  # why the URL's range was not used
+
+    @property
+    def follows_now(self) -> bool:
+        """A preset ends now and moves with the clock; a custom period stays put."""
+        return self.key != "custom"
+
+    @property
+    def label(self) -> str:
+        if self.key == "custom":
+            return "custom period"
+        return f"last {LABELS.get(self.key, self.key)}"
 
     @property
     def seconds(self) -> int:
@@ -40,11 +55,12 @@ def parse_moment(text: str) -> datetime:
     return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
 
 
-def time_range(params: Mapping[str, str], now: datetime, default: str = "24h") -> TimeRange:
+def time_range(params: Mapping[str, str], now: datetime, default: str = "24h",
+               presets: Mapping[str, timedelta] = PRESETS) -> TimeRange:
     """The range a page's URL asks for, or the default preset with the reason it was not
     usable (an unknown preset, an unreadable time, an end before the start, a period over
     a year)."""
-    fallback = TimeRange(now - PRESETS[default], now, default)
+    fallback = TimeRange(now - presets[default], now, default)
     if params.get("start"):
         try:
             start = parse_moment(params["start"])
@@ -58,9 +74,9 @@ def time_range(params: Mapping[str, str], now: datetime, default: str = "24h") -
             return _refused(fallback, "A period is at most a year long.")
         return TimeRange(start, end, "custom")
     key = params.get("range") or default
-    if key not in PRESETS:
-        return _refused(fallback, f"Unknown range {key!r}: use one of {', '.join(PRESETS)}.")
-    return TimeRange(now - PRESETS[key], now, key)
+    if key not in presets:
+        return _refused(fallback, f"Unknown range {key!r}: use one of {', '.join(presets)}.")
+    return TimeRange(now - presets[key], now, key)
 
 
 def _refused(fallback: TimeRange, problem: str) -> TimeRange:

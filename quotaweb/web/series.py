@@ -41,6 +41,35 @@ def integrate(samples: Iterable[Sample], field: str, start: Moment, end: Moment)
     return total
 
 
+def downsample(samples: list[Sample], fields: tuple[str, ...], start: Moment, end: Moment,
+               buckets: int) -> list[Sample]:
+    """At most one sample per bucket of [start, end] divided into `buckets`, for a long
+    range drawn as steps: each bucket's sample is at its first sample's time and holds,
+    per field, the highest value the series reached in the bucket (the level carried in
+    from the bucket before included), so no peak is lost.  A series that already has no
+    more samples than buckets is returned as it is.  `samples` are one series, in time
+    order."""
+    if len(samples) <= buckets:
+        return samples
+    begin, finish = parse_time(start), parse_time(end)
+    width = max((finish - begin).total_seconds() / buckets, 1e-6)
+    chosen: dict[int, dict[str, Any]] = {}
+    carried: Sample | None = None
+    for sample in samples:
+        index = int(max(0.0, (parse_time(sample["time"]) - begin).total_seconds()) // width)
+        bucket = chosen.get(index)
+        if bucket is None:
+            bucket = chosen[index] = dict(sample)
+            if carried is not None and index > 0:
+                for field in fields:
+                    bucket[field] = max(bucket[field], carried[field])
+        else:
+            for field in fields:
+                bucket[field] = max(bucket[field], sample[field])
+        carried = sample
+    return [chosen[index] for index in sorted(chosen)]
+
+
 def duration_text(seconds: float | None) -> str:
     """A short human duration: 45 s, 3 min 5 s, 2 h 4 min, 1 d 3 h."""
     if seconds is None:

@@ -15,11 +15,14 @@ from ..models.jobs import QUEUED_STATUSES
 from ..realtime import serializers
 from ..realtime.serializers import FIGURES
 from . import figures, grace
-from .series import integrate
+from .ranges import TimeRange
+from .series import downsample, integrate
 
 HISTORY = timedelta(hours=2)  # what a timeline holds; it shows the last 30 minutes
 MAX_SAMPLES = 20_000
 MAX_MARKERS = 2_000
+POINTS_PER_SERIES = 600  # a long range's points per series (about one per pixel column)
+MAX_LONG_SAMPLES = 500_000
 
 Row = dict[str, Any]
 
@@ -111,12 +114,14 @@ def fleet_glance() -> list[Row]:
 
 
 def timeline_samples(
-    now: datetime, share: QuotaShare | None = None, upto: int | None = None
+    now: datetime, share: QuotaShare | None = None, upto: int | None = None,
+    period: TimeRange | None = None,
 ) -> list[Row]:
-    """Usage samples of the last HISTORY (the newest MAX_SAMPLES), plus, per series, the
-    newest one before it, moved to the start so that each line begins at its level then.
-    With `upto`, only samples up to that id: the page's script adds the later ones."""
-    since = now - HISTORY
+    """Usage samples of the last HISTORY (the newest MAX_SAMPLES), or of `period`
+    (downsampled: long_range_samples), plus, per series, the newest one before it, moved
+    to the start so that each line begins at its level then.  With `upto`, only samples
+    up to that id: the page's script adds the later ones."""
+    since, now = (period.start, period.end) if period is not None else (now - HISTORY, now)
     before = UsageSample.objects.filter(
         quota_share_id=OuterRef("quota_share_id"), capacity_unit=OuterRef("capacity_unit"),
         time__lt=since,
@@ -131,22 +136,44 @@ def timeline_samples(
         rows = rows.filter(quota_share=share)
     if upto is not None:
         rows = rows.filter(id__lte=upto)
-    newest = list(rows.order_by("-id")[:MAX_SAMPLES])
-    samples = [serializers.usage_dict(sample) for sample in reversed(newest)]
+    if period is not None:
+        samples = long_range_samples(rows, since, now)
+    else:
+        newest = list(rows.order_by("-id")[:MAX_SAMPLES])
+        samples = [serializers.usage_dict(sample) for sample in reversed(newest)]
     for sample in samples:
         if sample["time"] < serializers.iso(since):
             sample["time"] = serializers.iso(since)
     return samples
 
 
+def long_range_samples(rows: Any, since: datetime, until: datetime) -> list[Row]:
+    """A long range's samples, read as plain rows and downsampled per series to at most
+    POINTS_PER_SERIES points (series.downsample keeps each bucket's peaks), so a week
+    draws as fast as half an hour."""
+    fields = ("id", "time", "quota_share__name", "capacity_unit", *FIGURES)
+    by_series: dict[tuple[str, str], list[Row]] = defaultdict(list)
+    for values in rows.order_by("time", "id").values_list(*fields)[:MAX_LONG_SAMPLES]:
+        row = dict(zip(fields, values, strict=True))
+        row["quota_share"] = row.pop("quota_share__name")
+        by_series[row["quota_share"], row["capacity_unit"]].append(row)
+    samples = []
+    for series in by_series.values():
+        samples += downsample(series, FIGURES, since, until, POINTS_PER_SERIES)
+    samples.sort(key=lambda row: (row["time"], row["id"]))
+    return [{**row, "time": serializers.iso(row["time"])} for row in samples]
+
+
 def preemption_markers(
-    now: datetime, share: QuotaShare | None = None, upto: int | None = None
+    now: datetime, share: QuotaShare | None = None, upto: int | None = None,
+    since: datetime | None = None,
 ) -> list[Row]:
     """PREEMPTED events of the last HISTORY (up to event id `upto`) as timeline markers,
     naming who preempted whom: on the row of the victim's share and unit (kind
     CROSS_SHARE or IN_SHARE), and, for a reclaim, also on the row of the share whose
     capacity came back, the preemptor's (kind RECLAIM_RETURNED)."""
-    events = Event.objects.filter(type="PREEMPTED", time__gte=now - HISTORY, time__lte=now)
+    events = Event.objects.filter(type="PREEMPTED", time__gte=since or now - HISTORY,
+                                  time__lte=now)
     if upto is not None:
         events = events.filter(id__lte=upto)
     rows = list(events.select_related("job").order_by("-id")[:MAX_MARKERS])
@@ -172,25 +199,34 @@ def preemption_markers(
 
 
 def timeline(
-    now: datetime, share: QuotaShare | None = None, upto: dict[str, int] | None = None
+    now: datetime, share: QuotaShare | None = None, upto: dict[str, int] | None = None,
+    period: TimeRange | None = None,
 ) -> dict[str, Any]:
-    """The timeline figure of every live share (or of one).  `upto` (a page's live
-    configuration) leaves out the samples and events after its ids: the page's script
-    adds those, so none is drawn twice."""
+    """The timeline figure of every live share (or of one): the last 30 minutes following
+    the clock, or the chosen `period` (web.ranges).  `upto` (a page's live configuration)
+    leaves out the samples and events after its ids: the page's script adds those, so
+    none is drawn twice."""
     upto = upto or {}
+    since, until = (period.start, period.end) if period is not None else (None, now)
+    extra: dict[str, Any] = {}
+    if period is not None:
+        extra = {"window_seconds": period.seconds, "fixed_start": period.start,
+                 "follow_now": period.follows_now}
     return figures.timeline_figure(
-        limit_rows(share), timeline_samples(now, share, upto.get("last_sample_id")),
-        preemption_markers(now, share, upto.get("last_event_id")),
-        colours=share_colours(), now=now, stops=stopping_periods(now, share),
+        limit_rows(share), timeline_samples(now, share, upto.get("last_sample_id"), period),
+        preemption_markers(until, share, upto.get("last_event_id"), since),
+        colours=share_colours(), now=until, stops=stopping_periods(until, share, since),
+        **extra,
     )
 
 
-def stopping_periods(now: datetime, share: QuotaShare | None = None) -> list[Row]:
-    """Grace periods of the last HISTORY (of one share's victims, or all), as the
-    timelines draw them (figures.timeline_figure's `stops`)."""
+def stopping_periods(now: datetime, share: QuotaShare | None = None,
+                     since: datetime | None = None) -> list[Row]:
+    """Grace periods since `since` (the last HISTORY by default; of one share's victims,
+    or all), as the timelines draw them (figures.timeline_figure's `stops`)."""
     return [{**stop, "since": serializers.iso(stop["since"]),
              "until": serializers.iso(stop["until"])}
-            for stop in grace.grace_periods(now, now - HISTORY)
+            for stop in grace.grace_periods(now, since or now - HISTORY)
             if share is None or stop["quota_share"] == share.name]
 
 

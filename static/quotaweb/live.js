@@ -148,6 +148,7 @@ function initFigures() {
 function followClock(entry) {
   const layout = entry.div.layout;
   const meta = layout.meta || {};
+  if (meta.follow_now === false) return; // a custom period: its axis stays where it is
   const end = now().getTime();
   let start = end - (meta.window_seconds || 1800) * 1000;
   if (meta.earliest) {

@@ -358,6 +358,52 @@ def test_integrate_reads_samples_as_a_step_function(
     assert series.integrate(samples, "borrowed", at(start), at(end)) == pytest.approx(expected)
 
 
+def _series(points: list[tuple[float, int]]) -> list[dict[str, Any]]:
+    return [{"time": at(minutes), "own": value, "id": index}
+            for index, (minutes, value) in enumerate(points)]
+
+
+def test_downsampling_keeps_each_buckets_peak_and_the_level_carried_in() -> None:
+    # 60 minutes in 6 buckets of 10; a 1-minute spike to 5 in the second bucket.
+    points = [(60, 1), (55, 1), (45, 5), (44, 1), (35, 2), (25, 2), (24, 0), (5, 3)]
+    kept = series.downsample(_series(points), ("own",), at(60), at(0), 6)
+    assert [(sample["time"], sample["own"]) for sample in kept] == [
+        (at(60), 1), (at(45), 5), (at(35), 2), (at(25), 2), (at(5), 3)]
+
+
+def test_a_short_series_is_not_downsampled() -> None:
+    samples = _series([(3, 1), (2, 0)])
+    assert series.downsample(samples, ("own",), at(60), at(0), 6) is samples
+
+
+def test_bars_close_together_on_one_instance_merge_for_a_long_range() -> None:
+    bars = [{**bar("QS1", 0, 60, 50, job="a"), "job_id": 1},
+            {**bar("QS1", 0, 49.9, 40, job="b", borrowed=1), "job_id": 2},
+            {**bar("QS1", 0, 20, None, job="c"), "job_id": 3},
+            {**bar("QS2", 0, 45, 44, job="d"), "job_id": 4}]
+    merged = figures.merge_bars(bars, tolerance_seconds=30)
+    assert [(b["quota_share"], b["start"], b["end"], b["job_name"], b["borrowed_instances"])
+            for b in merged] == [("QS1", at(60), at(40), "2 jobs", 1),
+                                 ("QS1", at(20), None, "c", 0),
+                                 ("QS2", at(45), at(44), "d", 0)]
+
+
+def test_a_chosen_range_shows_its_whole_span_and_a_custom_one_stays_put() -> None:
+    colours = figures.share_colours(["QS1"])
+    week = figures.timeline_figure([row("QS1")], [sample("QS1", 5, own=1)], [],
+                                   colours=colours, now=NOW, window_seconds=7 * 86400,
+                                   fixed_start=NOW - timedelta(days=7))
+    assert week["layout"]["xaxis"]["range"] == [series.iso(NOW - timedelta(days=7)),
+                                                series.iso(NOW)]
+    assert week["layout"]["meta"]["earliest"] is None
+    assert week["layout"]["meta"]["follow_now"] is True
+    fixed = figures.fleet_figure([{"name": UNIT, "max_capacity": 1}], [], colours=colours,
+                                 now=NOW, fixed_start=NOW - timedelta(hours=2),
+                                 follow_now=False)
+    assert fixed["layout"]["meta"]["follow_now"] is False
+    assert fixed["layout"]["xaxis"]["range"][0] == at(120)
+
+
 def test_times_must_carry_a_zone() -> None:
     with pytest.raises(ValueError):
         series.parse_time("2026-01-01T00:00:00")

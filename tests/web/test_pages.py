@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -496,6 +496,58 @@ def test_after_the_grace_period_nothing_is_shown_stopping(
     client = client_for(member)
     assert "STOPPING" not in client.get(f"/jobs/{med.pk}/status").content.decode()
     assert "Waiting for" not in client.get("/live/open-jobs").content.decode()
+
+
+def _three_days_of_history() -> None:
+    """high ran on QS1 from three days ago until two days ago; a job runs now."""
+    CapacityUnit.objects.filter(name=UNIT).update(cold_start_seconds=0)
+    then = timezone.now() - timedelta(days=3)
+    _submit("old_job", duration_seconds=86_400)
+    for seconds in (0, 1, 86_401, 86_402):
+        run_cycle(now=then + timedelta(seconds=seconds))
+    assert Job.objects.get(name="old_job").status == "SUCCEEDED"
+    _submit("new_job")
+    run_cycle(now=timezone.now())
+
+
+def test_a_seven_day_range_draws_the_whole_week_from_the_url(
+    walkthrough_config: Any, member: Any, client_for: ClientFor
+) -> None:
+    _three_days_of_history()
+    client = client_for(member)
+    html = client.get("/?range=7d").content.decode()
+    figure = _json_script(html, "timeline-figure")
+    start, end = figure["layout"]["xaxis"]["range"]
+    span = datetime.fromisoformat(end) - datetime.fromisoformat(start)
+    assert abs(span - timedelta(days=7)) < timedelta(minutes=1)
+    own = next(t for t in figure["data"] if t["meta"].get("series") == f"QS1|{UNIT}"
+               and t["meta"].get("field") == "own")
+    assert 1 in own["y"][:3]  # the old job's day is drawn
+    assert 'class="range current" aria-current="true">7 d' in html
+    live = _json_script(client.get("/").content.decode(), "timeline-figure")
+    assert live["layout"]["meta"]["window_seconds"] == 1800  # the default: live 30 min
+    gantt = client.get("/fleet/figure.json?range=7d").json()
+    names = {text for trace in gantt["data"] for text in trace.get("text", [])}
+    assert {"old_job", "new_job"} <= names
+    assert 'data-figure-url="/fleet/figure.json?range=7d"' in \
+        client.get("/fleet?range=7d").content.decode()
+
+
+def test_a_custom_period_stays_put_and_a_bad_one_is_explained(
+    walkthrough_config: Any, member: Any, client_for: ClientFor
+) -> None:
+    _three_days_of_history()
+    client = client_for(member)
+    then = (timezone.now() - timedelta(days=3)).strftime("%Y-%m-%dT%H:%M")
+    until = (timezone.now() - timedelta(days=2)).strftime("%Y-%m-%dT%H:%M")
+    html = client.get(f"/shares/QS1?start={then}&end={until}").content.decode()
+    figure = _json_script(html, "timeline-figure")
+    assert figure["layout"]["meta"]["follow_now"] is False
+    assert figure["layout"]["xaxis"]["range"][0].startswith(then[:13])
+    refused = client.get("/fleet?range=2y").content.decode()
+    assert "Unknown range &#x27;2y&#x27;" in refused
+    assert "The end must come after the start." in client.get(
+        f"/?start={until}&end={then}").content.decode()
 
 
 # Warm pools ------------------------------------------------------------------------------

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.http import HttpRequest
 from django.urls import reverse
 from django.utils import timezone
 
 from ...models import Job, QuotaShare
 from ...models.jobs import ACTIVE_STATUSES, QUEUED_STATUSES
 from ...services.permissions import can_write_share, is_admin
+from ..ranges import LABELS, TIMELINE_PRESETS, time_range
 from ..usage_data import last_ids
 
 
@@ -32,6 +34,17 @@ def live_config(extra_jobs: list[Job] | None = None) -> dict[str, Any]:
                  for pk, name, unit, share in jobs},
         **last_ids(),
     }
+
+
+def timeline_range(request: HttpRequest) -> dict[str, Any]:
+    """The time range a timeline page shows, from its URL (web.ranges): `period` is None
+    for the live last 30 minutes the pages open with; `range` is what the range picker
+    shows either way."""
+    chosen = time_range(request.GET, timezone.now(), default="30m",
+                        presets=TIMELINE_PRESETS)
+    live_default = chosen.key == "30m"
+    return {"period": None if live_default else chosen, "range": chosen,
+            "range_presets": [(key, LABELS[key]) for key in TIMELINE_PRESETS]}
 
 
 def member_shares(user: Any) -> list[QuotaShare]:

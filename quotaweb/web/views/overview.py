@@ -12,7 +12,7 @@ from django.utils import timezone
 from ...models import QuotaShare
 from ...realtime import serializers
 from .. import fleet_data, host_data, job_data, usage_data
-from .common import live_config
+from .common import live_config, timeline_range
 
 RECENT_EVENTS = 60
 MAX_USAGE_GAP = 5_000
@@ -27,6 +27,7 @@ def _cards_context() -> dict[str, Any]:
 def overview(request: HttpRequest) -> HttpResponse:
     now = timezone.now()
     config = live_config()  # first: the page's state is at least as new as these ids
+    ranged = timeline_range(request)
     events = [serializers.event_dict(event) for event in
               serializers.event_rows().filter(id__lte=config["last_event_id"])
               .order_by("-id")[:RECENT_EVENTS]]
@@ -34,7 +35,8 @@ def overview(request: HttpRequest) -> HttpResponse:
         "live": config,
         "glance": usage_data.fleet_glance(),
         **_cards_context(),
-        "timeline": usage_data.timeline(now, upto=config),
+        "timeline": usage_data.timeline(now, upto=config, period=ranged["period"]),
+        **ranged,
         "events": list(reversed(events)),
         "open_jobs": job_data.open_jobs(),
     })
@@ -44,17 +46,19 @@ def overview(request: HttpRequest) -> HttpResponse:
 def fleet(request: HttpRequest) -> HttpResponse:
     config = live_config()
     now = timezone.now()
+    ranged = timeline_range(request)
     return render(request, "quotaweb/fleet.html", {
-        "live": config, "figure": fleet_data.fleet(now),
+        "live": config, "figure": fleet_data.fleet(now, ranged["period"]),
         "glance": usage_data.fleet_glance(), "hosts": host_data.hosts(now),
-        "placements": sorted(host_data.unit_placements(now).items()),
+        "placements": sorted(host_data.unit_placements(now).items()), **ranged,
     })
 
 
 @login_required
 def fleet_figure(request: HttpRequest) -> JsonResponse:
-    """The Gantt again, for the page to redraw when instances change hands."""
-    return JsonResponse(fleet_data.fleet(timezone.now()))
+    """The Gantt again (of the page's range), for the page to redraw when instances
+    change hands."""
+    return JsonResponse(fleet_data.fleet(timezone.now(), timeline_range(request)["period"]))
 
 
 @login_required

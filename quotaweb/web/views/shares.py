@@ -17,7 +17,7 @@ from ...services.errors import ServiceError
 from ...services.permissions import can_manage_configuration, can_write_share
 from .. import job_data, usage_data
 from ..forms import ShareForm, show_errors
-from .common import live_config
+from .common import live_config, timeline_range
 
 
 def _share(name: str) -> QuotaShare:
@@ -57,13 +57,14 @@ def share_detail(request: HttpRequest, name: str) -> HttpResponse:
 def _context(request: HttpRequest, share: QuotaShare, form: ShareForm | None) -> dict[str, object]:
     now = timezone.now()
     config = live_config()
+    ranged = timeline_range(request)
     return {
-        "share": share, "form": form, "live": config,
+        "share": share, "form": form, "live": config, **ranged,
         "limits": list(share.capacity_limits.order_by("capacity_unit")),
         "members": list(share.members.order_by("username").values_list("username", flat=True)),
         "cards": usage_data.share_cards([share]),
         "jobs_by_status": job_data.share_jobs(share),
-        "timeline": usage_data.timeline(now, share, upto=config),
+        "timeline": usage_data.timeline(now, share, upto=config, period=ranged["period"]),
         "totals": usage_data.lending_totals(share, now),
         "can_submit": can_write_share(request.user, share),
         "queued": Job.objects.filter(quota_share=share, status__in=QUEUED_STATUSES).count(),

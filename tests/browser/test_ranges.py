@@ -1,0 +1,55 @@
+"""Time ranges in a real browser: the overview's timelines and the fleet Gantt over 24
+hours and 7 days, chosen with the range picker and kept in the URL (see conftest.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from playwright.sync_api import expect
+
+from .conftest import QuotawebServer, SignedIn
+from .test_dashboard import LIVE_TIMEOUT_MS, _job_row_status, _submit
+from .test_layout import REDRAW_WAIT_MS, screenshot_folder
+
+DAY_MS = 86_400_000
+
+
+def _span_ms(page: Any, figure: str) -> float:
+    return float(page.evaluate(
+        """(id) => { const r = document.getElementById(id).layout.xaxis.range;
+                     return new Date(r[1]) - new Date(r[0]); }""", figure))
+
+
+def test_seven_days_and_24_hours_on_the_timelines_and_the_fleet(
+    signed_in: SignedIn, server: QuotawebServer, tmp_path: Path
+) -> None:
+    page = signed_in("admin")
+    alice = signed_in("alice")
+    _submit(alice, server, "week_job", "QS1", 3)
+    expect(_job_row_status(page, "week_job")).to_have_text("RUNNING", timeout=LIVE_TIMEOUT_MS)
+
+    page.click(".range-picker >> text=7 d")
+    page.wait_for_url(f"{server.url}/?range=7d")
+    expect(page.locator(".range.current")).to_have_text("7 d")
+    expect(page.locator("#timeline-heading")).to_contain_text("last 7 d")
+    page.wait_for_function("() => window.quotaweb && window.quotaweb.figures.length > 0")
+    assert abs(_span_ms(page, "timeline") - 7 * DAY_MS) < 120_000
+    page.wait_for_timeout(REDRAW_WAIT_MS)  # the window follows the clock, still a week
+    assert abs(_span_ms(page, "timeline") - 7 * DAY_MS) < 120_000
+
+    page.click(".range-picker >> text=24 h")
+    page.wait_for_url(f"{server.url}/?range=24h")
+    page.wait_for_function("() => window.quotaweb && window.quotaweb.figures.length > 0")
+    assert abs(_span_ms(page, "timeline") - DAY_MS) < 120_000
+    page.locator("#timeline").screenshot(
+        path=str(screenshot_folder(tmp_path) / "timeline-24h.png"))
+
+    page.goto(f"{server.url}/fleet?range=7d")
+    page.wait_for_function("() => window.quotaweb && window.quotaweb.figures.length > 0")
+    assert abs(_span_ms(page, "fleet") - 7 * DAY_MS) < 120_000
+    texts = page.evaluate("() => document.getElementById('fleet').data"
+                          ".flatMap(t => t.text || [])")
+    assert "week_job" in texts
+    page.screenshot(path=str(screenshot_folder(tmp_path) / "fleet-7d.png"), full_page=True)
+    assert page.errors == []
