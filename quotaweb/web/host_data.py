@@ -44,8 +44,8 @@ def unit_placements(now: datetime) -> dict[str, list[dict[str, Any]]]:
     """Per capacity unit: which host runs which of its instances, in instance order, and
     the instances no host declares."""
     alive = {host.name: is_alive(host, now) for host in ExecutorHost.objects.all()}
-    runs_unlisted = any(alive[host.name] for host in ExecutorHost.objects.filter(
-        hosts_unlisted=True))
+    runs_unlisted = [name for name in ExecutorHost.objects.filter(
+        hosts_unlisted=True).values_list("name", flat=True) if alive[name]]
     placed: dict[str, dict[str, list[tuple[int, str]]]] = {}
     for instance in HostedInstance.objects.select_related("host"):
         placed.setdefault(instance.capacity_unit, {}).setdefault(
@@ -61,7 +61,8 @@ def unit_placements(now: datetime) -> dict[str, list[dict[str, Any]]]:
         declared = {n for items in groups.values() for n, _ in items}
         missing = [n for n in range(unit.max_capacity) if n not in declared]
         if missing:
-            rows.append({"host": None, "reachable": runs_unlisted,
+            rows.append({"host": None, "reachable": bool(runs_unlisted),
+                         "unlisted_by": ", ".join(runs_unlisted),
                          "instances": number_ranges(missing), "devices": ""})
         result[unit.name] = rows
     return result

@@ -64,3 +64,13 @@ def test_the_fleet_page_shows_every_signed_in_user_where_the_instances_are(
     text = " ".join(client_for(member).get("/fleet").content.decode().split())
     assert "#2 on <strong>gpu-b</strong> (GPUs 1): unreachable" in text
     assert "#0-#1 on no host: simulated jobs only" in text
+
+
+def test_instances_no_host_declares_are_shown_on_the_host_that_takes_them(
+    walkthrough_config: Any, admin: Any, client_for: ClientFor,
+) -> None:
+    now = timezone.now()
+    ExecutorHost.objects.create(name="embedded", hosts_unlisted=True, started_at=now,
+                                seen_at=now)
+    text = " ".join(client_for(admin).get("/capacity").content.decode().split())
+    assert "#0-#2 on <strong>embedded</strong> (declared by no host" in text
