@@ -13,6 +13,12 @@ from django.utils import timezone
 from quotaweb.models import ExecutorHost, HostedInstance, Job, QuotaShare
 from quotaweb.web.host_data import number_ranges
 
+from . import test_api_helpers as helpers
+from .test_api_helpers import submission
+
+# The helpers' fixtures, made available to this module's tests.
+api, world = helpers.api, helpers.world
+
 ClientFor = Callable[[Any], Any]
 
 
@@ -74,3 +80,18 @@ def test_instances_no_host_declares_are_shown_on_the_host_that_takes_them(
                                 seen_at=now)
     text = " ".join(client_for(admin).get("/capacity").content.decode().split())
     assert "#0-#2 on <strong>embedded</strong> (declared by no host" in text
+
+
+def test_the_api_refuses_a_command_job_where_commands_cannot_be_isolated(
+    api: Callable[[str], Any], settings: Any,
+) -> None:
+    settings.QUOTAWEB = {**settings.QUOTAWEB, "JOB_USER": "no-such-user-here",
+                         "LOCAL_EXECUTOR": True}
+    status, body = api("member").post("/api/v1/jobs", submission(
+        duration_seconds=None, command="cat /etc/passwd"))
+    assert status == 409, body
+    assert body["error"]["code"] == "COMMAND_JOBS_DISABLED"
+    assert "bubblewrap" in body["error"]["message"]
+    assert not Job.objects.exists()
+    # Simulated jobs still run.
+    assert api("member").post("/api/v1/jobs", submission())[0] == 201
