@@ -1,20 +1,26 @@
-"""The local executor: an attempt's `command` runs as `/bin/sh -c command` in its own
-process group on the host that claimed it, like a container on an instance.
+"""The local executor: an attempt's `command` runs with `/bin/sh` in a sandbox, as the job
+user, on the host that declares its instances (docs/executors.md), like a container on an
+instance.
 
-- **Environment.** Only a few harmless variables of the server pass through (PASSED_THROUGH:
-  PATH, HOME, locale...), never its secrets (SECRET_KEY, DATABASE_URL...); then the job's
-  `environment`; then QUOTAWEB_JOB_ID, QUOTAWEB_ATTEMPT, QUOTAWEB_INSTANCE_COUNT and the
-  warm-pool cache directory as QUOTAWEB_WARMPOOL_CACHE_DIRECTORY and
-  SAGEMAKER_MANAGED_WARMPOOL_CACHE_DIRECTORY (SPEC.md 6, Cache), which a job cannot
-  override.  It runs in a directory of its own under WORK_DIR/runs.
+- **Environment.** Only the locale and time zone of the server pass through, never its
+  secrets (SECRET_KEY, DATABASE_URL...); then the job's `environment`; then what Quotaweb
+  sets, which a job cannot override: QUOTAWEB_JOB_ID, QUOTAWEB_ATTEMPT,
+  QUOTAWEB_INSTANCE_COUNT, its instances and GPUs (QUOTAWEB_INSTANCES,
+  CUDA_VISIBLE_DEVICES, NVIDIA_VISIBLE_DEVICES), the distributed training conventions and
+  the warm-pool cache directory (QUOTAWEB_WARMPOOL_CACHE_DIRECTORY and
+  SAGEMAKER_MANAGED_WARMPOOL_CACHE_DIRECTORY).  It runs in a directory of its own under
+  WORK_DIR/runs, its HOME.
+- **Isolation.** quotaweb.executors.sandbox: bubblewrap namespaces, setpriv to the job
+  user; nothing of the server's is visible.
 - **Output.** stdout and stderr go, merged as with `2>&1`, straight into the attempt's log
   file (so output is never lost while the supervisor is busy); the supervisor tails the
-  file and ships its lines to LogLine rows (stream "stdout").
+  file and ships its lines to LogLine rows (quotaweb.executors.logs), up to the log limit.
 - **End.** The command is the attempt: when it exits, whatever it left running in its
-  process group is killed, as a container's processes are when its main process ends.
+  sandbox is killed, as a container's processes are when its main process ends.
 
 `start_attempt` is what a launcher calls; the process then belongs to this process's
-Supervisor (quotaweb.executors.supervisor), which must stay alive as long as it runs.
+Supervisor (quotaweb.executors.supervisor), which must stay alive as long as it runs.  A
+multi-host attempt runs one process per host (quotaweb.executors.ranks).
 """
 
 from __future__ import annotations
@@ -37,12 +43,13 @@ from django.utils import timezone
 
 from scheduler.lifecycle import Failure, Outcome
 
-from ..models import Attempt, LogLine
+from ..models import Attempt
 from ..models.jobs import Executor, JobStatus
 from ..scheduling import events, transitions
 from ..scheduling.attempts import AttemptAlreadyEnded, finish_attempt
 from . import ranks, registry
 from .instances import Rank, Role
+from .logs import LogTail
 from .paths import attempt_cache_directory, attempt_log_path, work_dir
 from .sandbox import (
     SANDBOX_UMASK,
@@ -63,11 +70,6 @@ CLAIMED = 0
 PASSED_THROUGH = ("LANG", "LC_ALL", "LC_CTYPE", "TZ")
 CACHE_VARIABLES = ("QUOTAWEB_WARMPOOL_CACHE_DIRECTORY",
                    "SAGEMAKER_MANAGED_WARMPOOL_CACHE_DIRECTORY")
-LOG_LIMIT_NOTICE = ("[quotaweb] The log limit of {limit:,} bytes per attempt is reached: "
-                    "the rest of this attempt's output is not kept.")
-MAX_LINE_BYTES = 16_384  # a longer line is shipped in pieces
-RANK_LINE_NUMBERS = 100_000_000  # a rank's lines are numbered from rank × this
-READ_BYTES = 1 << 20  # read at most this much of a log per poll, so one chatty job cannot stall
 
 
 def run_directory(attempt: Attempt, rank: int = 0) -> Path:
@@ -125,86 +127,6 @@ def placement_environment(attempt: Attempt, role: Role | None) -> dict[str, str]
 def master_port(attempt: Attempt) -> int:
     """A port for the attempt's rendezvous, the same on every host of the attempt."""
     return MASTER_PORT_BASE + attempt.pk % MASTER_PORT_SPAN
-
-
-class LogTail:
-    """Follows a log file that a process writes, turning complete lines into LogLine rows."""
-
-    def __init__(self, path: Path, limit: int | None = None, rank: int = 0) -> None:
-        self.path = path
-        # Ranks of a multi-host attempt share its log: each numbers its lines in a range
-        # of its own and names itself on each, so that rank 0's come first, then rank 1's.
-        self.prefix = f"[rank {rank}] " if rank else ""
-        self.limit = limit if limit is not None else settings.QUOTAWEB["LOG_LIMIT_BYTES"]
-        self.capped = False  # the limit was reached: what the file gains is dropped
-        self.offset = 0
-        self.partial = b""
-        self.pending: list[str] = []  # read but not yet stored (kept when a write fails)
-        self.shipped = rank * RANK_LINE_NUMBERS  # the number of the last stored line
-
-    def read(self, *, final: bool = False) -> bool:
-        """Move what the file gained into `pending`; False when it had nothing new."""
-        if self.capped:
-            self._drop()
-            return False
-        try:
-            with self.path.open("rb") as file:
-                file.seek(self.offset)
-                chunk = file.read(min(READ_BYTES, self.limit - self.offset))
-                over = len(chunk) == self.limit - self.offset and bool(file.read(1))
-        except FileNotFoundError:
-            chunk, over = b"", False
-        self.offset += len(chunk)
-        if over:
-            return self._cap(chunk)
-        pieces = (self.partial + chunk).split(b"\n")
-        self.partial = pieces.pop()
-        while len(self.partial) >= MAX_LINE_BYTES:
-            pieces.append(self.partial[:MAX_LINE_BYTES])
-            self.partial = self.partial[MAX_LINE_BYTES:]
-        if final and not chunk and self.partial:
-            pieces.append(self.partial)
-            self.partial = b""
-        self.pending.extend(_text(piece) for piece in pieces)
-        return bool(chunk) or bool(pieces)
-
-    def _cap(self, chunk: bytes) -> bool:
-        """The limit is reached: keep what came before it, say so in the log, and from now
-        on drop what the command writes."""
-        pieces = (self.partial + chunk).split(b"\n")
-        self.partial = b""
-        self.pending.extend(_text(piece) for piece in pieces if piece)
-        self.pending.append(LOG_LIMIT_NOTICE.format(limit=self.limit))
-        self.capped = True
-        self._drop()
-        return True
-
-    def _drop(self) -> None:
-        # The command writes in append mode, so after this its output starts again at the
-        # file's beginning: the disk holds at most what it writes between two polls.
-        with contextlib.suppress(OSError):
-            os.truncate(self.path, 0)
-
-    def ship(self, attempt_id: int) -> int:
-        """Store the pending lines; ignore_conflicts makes a retry after a failure that
-        happened past the commit harmless (the numbers are the same)."""
-        if not self.pending:
-            return 0
-        now = timezone.now()
-        LogLine.objects.bulk_create([
-            LogLine(attempt_id=attempt_id, number=self.shipped + index, time=now,
-                    text=self.prefix + text)
-            for index, text in enumerate(self.pending, start=1)
-        ], ignore_conflicts=True)
-        count = len(self.pending)
-        self.shipped += count
-        self.pending = []
-        return count
-
-
-def _text(line: bytes) -> str:
-    # PostgreSQL text cannot hold NUL; \r of CRLF output is noise in a log view.
-    return line.decode("utf-8", errors="replace").rstrip("\r").replace("\x00", "\ufffd")
 
 
 @dataclass

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from quotaweb.executors.local import LOG_LIMIT_NOTICE
+from quotaweb.executors.logs import LOG_LIMIT_NOTICE
 from quotaweb.executors.sandbox import isolation_problem
 from quotaweb.executors.supervisor import Supervisor, get_supervisor
 from quotaweb.models import ExecutorHost, HostedInstance, LogLine, WarmPool
