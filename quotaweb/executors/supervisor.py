@@ -1,11 +1,13 @@
 """The supervisor: one per process that runs local attempts (the embedded server, or each
-Celery worker process with the local executor on), on a daemon thread.
+Celery worker process with the local executor on), on two daemon threads.
 
-Every second it polls the processes this process started: it heartbeats each open attempt
-(so transitions' lease does not fail it), ships new log lines, stops those whose attempt
-was preempted or terminated (SIGTERM to the group, SIGKILL at `kill_at`, or after the
-preemption grace for a terminate) or that ran past max_runtime_seconds, and reports their
-ends through finish_attempt.
+As it starts, it registers its host and the instances the host declares (registry.py).
+Every second, one thread heartbeats each open attempt it runs (so transitions' lease does
+not fail it), its ranks and its host; the other polls the processes this process started:
+it ships new log lines, stops those whose attempt was preempted or terminated (SIGTERM,
+SIGKILL at `kill_at`, or after the preemption grace for a terminate) or that ran past
+max_runtime_seconds, and reports their ends through finish_attempt.  Heartbeats have their
+own thread so that a poll slowed by a chatty job's log never lets a lease run out.
 
 **Host name.** Attempts and warm pools record the host that runs them, and a restarted
 supervisor must recognise its predecessor's attempts.  settings.QUOTAWEB["HOST_NAME"]
