@@ -93,6 +93,7 @@ AXES_RESET_ON_SUCCESS = True
 AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 AXES_VERBOSE = False
+AXES_CLIENT_IP_CALLABLE = "quotaweb.sign_in.client_address"
 
 ROOT_URLCONF = "quotaweb.urls"
 ASGI_APPLICATION = "quotaweb.asgi.application"
@@ -175,6 +176,9 @@ QUOTAWEB = {
     "IN_PROCESS_SCHEDULER": env.boolean("QUOTAWEB_IN_PROCESS_SCHEDULER", EMBEDDED),
     # How this process's supervisor names itself (default: <hostname>:<slot>).
     "HOST_NAME": env.string("QUOTAWEB_HOST_NAME"),
+    # Reverse proxies in front of the web server that append to X-Forwarded-For (sign-in
+    # throttling counts failures per address: quotaweb/sign_in.py).
+    "PROXY_COUNT": env.integer("QUOTAWEB_PROXY_COUNT", 0),
     # Live-feed websockets one user may hold open in one web process; more are refused.
     "MAX_SOCKETS_PER_USER": env.integer("QUOTAWEB_MAX_SOCKETS_PER_USER", 10, low=1),
     # The instances this executor host runs (docs/executors.md): "UNIT=NUMBERS[@DEVICES]"

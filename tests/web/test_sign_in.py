@@ -86,3 +86,19 @@ def test_the_limit_and_the_window_come_from_the_environment(tmp_path: Path) -> N
     shown = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env,
                            capture_output=True, text=True, timeout=60)
     assert shown.stdout.split("\n")[0] == "7 60 ['username', 'ip_address']", shown.stderr
+
+
+def test_behind_a_proxy_failures_count_per_forwarded_address(member: Any,
+                                                             settings: Any) -> None:
+    """With QUOTAWEB_PROXY_COUNT=1 the proxy's own address (shared by everyone) does not
+    pause everyone; the address it forwards does, and a forged entry before it is ignored."""
+    settings.QUOTAWEB = {**settings.QUOTAWEB, "PROXY_COUNT": 1}
+
+    def via_proxy(username: str, password: str, forwarded: str) -> Any:
+        client = Client(REMOTE_ADDR="10.9.9.9", HTTP_X_FORWARDED_FOR=forwarded)
+        return client.post("/accounts/login/", {"username": username, "password": password})
+
+    for number in range(settings.AXES_FAILURE_LIMIT):
+        via_proxy(f"guess{number}", "wrong", f"203.0.113.{number}, 198.51.100.7")
+    assert via_proxy("member", "password", "198.51.100.7").status_code == 429
+    assert via_proxy("member", "password", "198.51.100.8").status_code == 302
