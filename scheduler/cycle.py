@@ -23,9 +23,11 @@ from .decisions import (
     Preempt,
     PreemptionKind,
     TerminateWarmPool,
+    TraceStep,
+    Withdraw,
 )
 from .model import Job, Snapshot, WarmPool
-from .ordering import borrow_fifo_key, in_quota_pick_key, in_share_head_key
+from .ordering import Key, borrow_fifo_key, in_quota_pick_key, in_share_head_key
 from .pending import pending_decisions
 from .state import CycleState
 from .validation import validate_snapshot
@@ -40,18 +42,41 @@ def schedule(snapshot: Snapshot) -> CycleResult:
 def schedule_with_state(snapshot: Snapshot) -> tuple[CycleResult, CycleState]:
     """`schedule`, also returning the working state as things stand after the cycle (the
     simulator measures what still fits from it)."""
+    cycle = _run(snapshot)
+    decisions = cycle.decisions() + pending_decisions(cycle.state)
+    return CycleResult(snapshot.now, tuple(decisions)), cycle.state
+
+
+def trace(snapshot: Snapshot) -> tuple[TraceStep, ...]:
+    """Every step of the cycle as it was taken, placements that a later step withdrew and
+    the withdrawals included (Withdraw); pending reasons left out.  For tests and for
+    explaining a cycle: the decisions are these steps without the withdrawn placements."""
+    return tuple(_run(snapshot).trace)
+
+
+def _run(snapshot: Snapshot) -> _Cycle:
     validate_snapshot(snapshot)
     cycle = _Cycle(CycleState(snapshot))
     cycle.housekeeping()
     cycle.place_until_stable()
-    decisions = cycle.decisions + pending_decisions(cycle.state)
-    return CycleResult(snapshot.now, tuple(decisions)), cycle.state
+    return cycle
 
 
 class _Cycle:
     def __init__(self, state: CycleState) -> None:
         self.state = state
-        self.decisions: list[Decision] = []
+        self.trace: list[TraceStep] = []
+        self.withdrawn: set[str] = set()
+
+    def decisions(self) -> list[Decision]:
+        """The trace without withdrawn placements: a placement undone later in the cycle
+        must never reach the shell."""
+        withdrawn = self.withdrawn
+        return [
+            step for step in self.trace
+            if not isinstance(step, Withdraw)
+            and not (isinstance(step, Dispatch) and step.job_id in withdrawn)
+        ]
 
     # 1. Housekeeping ------------------------------------------------------------------
 
@@ -68,17 +93,91 @@ class _Cycle:
             else:
                 continue
             state.remove_pool(pool, release_ledger=True)
-            self.decisions.append(TerminateWarmPool(pool.id, reason))
+            self.trace.append(TerminateWarmPool(pool.id, reason))
 
     # 6. Rounds of 3–5 ------------------------------------------------------------------
 
     def place_until_stable(self) -> None:
         while True:
+            self.skip_quiet_rounds()
             progress = self.in_quota_pass()
             progress = self.borrowing_pass() or progress
             progress = self.in_share_pass() or progress
             if not progress:
                 return
+
+    def skip_quiet_rounds(self) -> None:
+        """Play out at once the rounds ahead that would only skip heads.  Such a round
+        changes nothing, so until some share's head would not be skipped, each round skips
+        exactly each share's next job: every share advances by that many jobs.  (The rounds
+        still count: a share's later jobs join the borrowing pass by them.)"""
+        verdicts: dict[Key, bool] = {}
+        rounds: int | None = None  # None: every waiting job would be skipped
+        for share in self.state.share_names:
+            quiet = self.quiet_rounds(share, verdicts, rounds)
+            if quiet is not None and (rounds is None or quiet < rounds):
+                rounds = quiet
+        for share in self.state.share_names:
+            self.state.advance(share, rounds)
+
+    def quiet_rounds(
+        self, share: str, verdicts: dict[Key, bool], at_most: int | None
+    ) -> int | None:
+        """How many of the share's next heads would be skipped, one per round, before one
+        that would not; None if all would, or if at least `at_most` would."""
+        skipped = 0
+        for job, count in self.state.upcoming_runs(share):
+            if at_most is not None and skipped >= at_most:
+                return None
+            if not self.skipped_in_a_quiet_round(job, verdicts):
+                return skipped
+            skipped += count
+        return None
+
+    def skipped_in_a_quiet_round(self, head: Job, verdicts: dict[Key, bool]) -> bool:
+        """Whether `head` would be skipped in a round that changes nothing: it is neither
+        placed in quota (reclaiming) nor by borrowing, and may not preempt in its share.
+        Alike heads fare alike, so the verdict is kept for the rest of the quiet rounds."""
+        state = self.state
+        share = state.share(head.quota_share)
+        reuse = state.matching_pool(head)
+        count = 0 if reuse is not None else head.instance_count
+        key: Key
+        if share.in_share_preemption or state.in_quota_eligible(head):
+            # Its own share's pools and jobs matter (in-share candidates, evictions, reclaim
+            # from the others).
+            priority = head.priority if share.in_share_preemption else None
+            key = (share.name, head.instance_type, count, priority, reuse and reuse.id)
+        else:
+            # Only whether it fits, which depends on the share's standing alone: shares
+            # that stand alike share the verdict.
+            account = state.ledger(head.instance_type).account(share.name)
+            key = (head.instance_type, count, account.used, account.limit, account.strategy,
+                   account.borrow_cap)
+        verdict = verdicts.get(key)
+        if verdict is None:
+            verdict = verdicts[key] = not self.could_progress(head, reuse)
+        return verdict
+
+    def could_progress(self, head: Job, reuse: WarmPool | None) -> bool:
+        """Whether some step of a round would place `head` or let it preempt; leaves the
+        ledger as it was."""
+        state = self.state
+        ledger = state.ledger(head.instance_type)
+        count = 0 if reuse is not None else head.instance_count
+        if state.in_quota_eligible(head):
+            plan = self.in_quota_plan(head)
+            if plan is not None:
+                release(ledger, plan[1])
+                return True
+        if ledger.fits(head.quota_share, count):
+            return True
+        if not state.share(head.quota_share).in_share_preemption:
+            return False
+        victims = self.in_share_victims(head, reuse, count)
+        if victims is not None:
+            release(ledger, victims)
+        return victims is not None
 
     # 3. In-quota pass -----------------------------------------------------------------
 
@@ -108,6 +207,16 @@ class _Cycle:
                 failed.add(best_head.id)
 
     def place_in_quota(self, head: Job) -> bool:
+        plan = self.in_quota_plan(head)
+        if plan is None:
+            return False
+        reuse, victims = plan
+        self.commit(head, reuse, victims, PreemptionKind.CROSS_SHARE)
+        return True
+
+    def in_quota_plan(self, head: Job) -> tuple[WarmPool | None, list[Holding]] | None:
+        """The pool the head reuses and what it evicts and reclaims to be placed in quota,
+        with the ledger counting those gone; None, with the ledger untouched, if it cannot."""
         state = self.state
         share, unit = head.quota_share, head.instance_type
         ledger = state.ledger(unit)
@@ -124,9 +233,8 @@ class _Cycle:
         )
         if victims is None:
             release(ledger, evicted)
-            return False
-        self.commit(head, reuse, evicted + victims, PreemptionKind.CROSS_SHARE)
-        return True
+            return None
+        return reuse, evicted + victims
 
     def own_pools_to_evict(self, head: Job) -> list[Holding]:
         """The fewest of the share's non-matching pools (soonest-expiring first) whose
@@ -195,18 +303,23 @@ class _Cycle:
                 continue  # something freed up: the next round's steps 3–4 place it
             progress = True
             if state.share(head.quota_share).in_share_preemption:
-                victims = take_then_spare(
-                    state.in_share_candidates(head, reuse),
-                    ledger,
-                    head.quota_share,
-                    count,
-                    only_from_borrowers=False,
-                )
+                victims = self.in_share_victims(head, reuse, count)
                 if victims is not None:
                     self.commit(head, reuse, victims, PreemptionKind.IN_SHARE)
                     continue
             state.skip(head.quota_share)
         return progress
+
+    def in_share_victims(
+        self, head: Job, reuse: WarmPool | None, count: int
+    ) -> list[Holding] | None:
+        return take_then_spare(
+            self.state.in_share_candidates(head, reuse),
+            self.state.ledger(head.instance_type),
+            head.quota_share,
+            count,
+            only_from_borrowers=False,
+        )
 
     # Applying a placement -------------------------------------------------------------
 
@@ -223,26 +336,39 @@ class _Cycle:
         for victim in victims:
             if victim.pool is not None:
                 state.remove_pool(victim.pool, release_ledger=False)
-                self.decisions.append(
-                    TerminateWarmPool(victim.pool.id, PoolTermination.EVICTED, head.id)
-                )
+                self.evict(victim.pool, head)
+            elif victim.job is not None and state.placed_now(victim.job):
+                self.withdraw(victim.job, head)
             elif victim.job is not None:
                 running = state.remove_active(victim.job)
                 any_running = any_running or running
                 grace_until = state.now + (state.policy.preemption_grace_seconds if running else 0)
-                self.decisions.append(
+                self.trace.append(
                     Preempt(victim.job.id, kind, head.id, running, grace_until)
                 )
         instances, borrowed_now = state.place(head, reuse)
         starting_at = state.now + (state.policy.preemption_grace_seconds if any_running else 0)
-        self.decisions.append(
-            Dispatch(
-                head.id,
-                instances,
-                min(head.instance_count, borrowed_now),
-                reuse.id if reuse is not None else None,
-                starting_at,
-            )
+        dispatch = Dispatch(
+            head.id,
+            instances,
+            min(head.instance_count, borrowed_now),
+            reuse.id if reuse is not None else None,
+            starting_at,
         )
+        self.trace.append(dispatch)
         if victims:
             state.reconsider_skipped()
+
+    def withdraw(self, job: Job, taker: Job) -> None:
+        """A job placed earlier in this cycle is taken: its placement is undone rather than
+        preempted (it never started, so nothing is lost and nothing is counted), and the
+        decisions must not carry it.  A pool it had taken is Available again, but its
+        instances are the ones the taker needs: it is evicted."""
+        self.trace.append(Withdraw(job.id, taker.id))
+        self.withdrawn.add(job.id)
+        pool = self.state.withdraw(job)
+        if pool is not None:
+            self.evict(pool, taker)
+
+    def evict(self, pool: WarmPool, taker: Job) -> None:
+        self.trace.append(TerminateWarmPool(pool.id, PoolTermination.EVICTED, taker.id))

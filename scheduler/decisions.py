@@ -118,6 +118,19 @@ Decision = TerminateWarmPool | Preempt | Dispatch | SetPendingReason
 
 
 @dataclass(frozen=True, slots=True)
+class Withdraw:
+    """Not a decision: a step of a cycle's trace (`scheduler.cycle.trace`).  `job_id`, placed
+    earlier in the cycle, was taken by `by_job`, so that placement was undone and neither
+    it nor this step reaches the decisions."""
+
+    job_id: str
+    by_job: str
+
+
+TraceStep = TerminateWarmPool | Preempt | Dispatch | Withdraw
+
+
+@dataclass(frozen=True, slots=True)
 class CycleResult:
     """The decisions of one cycle, in the order they were taken."""
 

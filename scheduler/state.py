@@ -6,8 +6,10 @@
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_left, insort
 from collections import defaultdict
 from collections.abc import Iterator
+from dataclasses import replace
 from operator import attrgetter
 
 from .model import Job, JobStatus, QuotaShare, Snapshot, WarmPool
@@ -17,6 +19,7 @@ from .victims import Holding
 
 _by_sequence = attrgetter("sequence", "id")
 _by_priority = attrgetter("priority")
+_alike = attrgetter("instance_type", "instance_count", "priority", "match")
 
 
 class CycleState:
@@ -30,14 +33,18 @@ class CycleState:
         self.active: dict[str, dict[str, Job]] = defaultdict(dict)
         self.pools: dict[str, dict[str, WarmPool]] = {name: {} for name in self.share_names}
         self.cursor = dict.fromkeys(self.share_names, 0)
-        self.done: set[str] = set()  # placed or preempted in this cycle
+        self.done: set[str] = set()  # placed, withdrawn or preempted in this cycle
         self.blocked: set[str] = set()  # may not be placed at all in this cycle
         self.placed: dict[str, tuple[int, ...]] = {}
+        self.reused: dict[str, WarmPool] = {}  # placed in this cycle on a pool: the pool
         self.preempted: list[Job] = []
         self._ledgers: dict[str, UnitLedger] = {}
         self._free: dict[str, list[int]] = {}
         self._most: dict[tuple[str, str], int | None] = {}
-        self._run_ends: dict[tuple[str, int], int] = {}
+        self._done_at: dict[str, list[int]] = {name: [] for name in self.share_names}
+        self._version = 0  # bumped whenever who holds what changes
+        self._borrowers_holdings: dict[str, tuple[int, list[Holding]]] = {}
+        self._run_starts: dict[str, list[int]] = {}
         self._load(snapshot)
 
     # Building ---------------------------------------------------------------------------
@@ -143,57 +150,83 @@ class CycleState:
                 yield head
 
     def skip(self, share: str) -> None:
-        """Best-effort ordering: the head steps aside for the rest of the cycle.
+        """Best-effort ordering: the head steps aside for the rest of the cycle, and the
+        share's next job becomes its head in the next round."""
+        if self.head(share) is not None:
+            self.cursor[share] += 1
 
-        The jobs right behind it that it dominates (same unit, at least as many instances,
-        no higher priority, neither reusing a pool) could not be placed either, as room
-        only shrinks until a preemption or eviction reconsiders every skipped head; they
-        step aside with it instead of costing a round each.
+    def upcoming_runs(self, share: str) -> Iterator[tuple[Job, int]]:
+        """The share's jobs from its head on, run by run, each run as its first job that
+        may still be placed in this cycle and how many such jobs it holds from the head on.
+
+        A run is a stretch of alike jobs (unit, size, priority, match): in a round that
+        changes nothing they all fare the same.  Blocked jobs cost no round and are left out.
         """
-        failed = self.head(share)
-        if failed is None:
-            return
-        index = self.cursor[share]
-        if self.pools[share]:
-            self.cursor[share] = self._dominated_run_with_pools(share, index)
-            return
-        # Without pools, dominance depends on the queue alone: remember each run's end, so
-        # that reconsidering skipped heads after a preemption costs a jump, not a walk.
-        key = (share, index)
-        end = self._run_ends.get(key)
-        if end is None:
-            end = self._run_ends[key] = self._dominated_run(self.queues[share], index)
-        self.cursor[share] = end
-
-    @staticmethod
-    def _dominated_run(queue: list[Job], index: int) -> int:
-        """The index just past the run of jobs behind queue[index] that it dominates."""
-        failed = queue[index]
-        unit, count = failed.instance_type, failed.instance_count
-        end = index + 1
-        while end < len(queue):
-            job = queue[end]
-            if job.instance_type != unit or job.instance_count < count:
-                break
-            end += 1
-        return end
-
-    def _dominated_run_with_pools(self, share: str, index: int) -> int:
         queue = self.queues[share]
-        failed = queue[index]
-        if self.matching_pool(failed) is not None:
-            return index + 1
-        end = index + 1
-        while end < len(queue):
-            job = queue[end]
-            if (
-                job.instance_type != failed.instance_type
-                or job.instance_count < failed.instance_count
-                or self.matching_pool(job) is not None
-            ):
-                break
-            end += 1
-        return end
+        index = self.cursor[share]
+        while index < len(queue):
+            end = self._run_end(share, index)
+            count = end - index - self._done_between(share, index, end)
+            if count and queue[index].id not in self.blocked:
+                yield self._first_not_done(queue, index), count
+            index = end
+
+    def advance(self, share: str, rounds: int | None) -> None:
+        """Skip the share's next `rounds` heads, as that many rounds would (all if None)."""
+        queue = self.queues[share]
+        index = len(queue) if rounds is None else self.cursor[share]
+        while rounds and index < len(queue):
+            end = self._run_end(share, index)
+            if queue[index].id in self.blocked:  # passed over: costs no round
+                index = end
+                continue
+            count = end - index - self._done_between(share, index, end)
+            if count <= rounds:
+                rounds, index = rounds - count, end
+                continue
+            index, rounds = self._past(share, index, rounds), 0
+        self.cursor[share] = index
+
+    def _past(self, share: str, index: int, count: int) -> int:
+        """The index just past the next `count` jobs from `index` not placed in this cycle."""
+        end = index + count
+        while True:  # each pass counts the placed jobs it stepped over; few, so few passes
+            past = index + count + self._done_between(share, index, end)
+            if past == end:
+                return end
+            end = past
+
+    def _run_end(self, share: str, index: int) -> int:
+        starts = self._run_starts.get(share)
+        if starts is None:
+            starts = self._run_starts[share] = self._runs(self.queues[share])
+        position = bisect_left(starts, index + 1)
+        return starts[position] if position < len(starts) else len(self.queues[share])
+
+    def _runs(self, queue: list[Job]) -> list[int]:
+        """Where each run of alike jobs starts (see upcoming_runs); a blocked job is a run
+        of its own."""
+        keys = list(map(_alike, queue))
+        starts = {0} if queue else set()
+        starts.update(i for i in range(1, len(keys)) if keys[i] != keys[i - 1])
+        if self.blocked:
+            blocked = self.blocked
+            for index, job in enumerate(queue):
+                if job.id in blocked:
+                    starts.update((index, index + 1))
+        starts.discard(len(queue))
+        return sorted(starts)
+
+    def _done_between(self, share: str, start: int, end: int) -> int:
+        done_at = self._done_at[share]
+        if not done_at:
+            return 0
+        return bisect_left(done_at, end) - bisect_left(done_at, start)
+
+    def _first_not_done(self, queue: list[Job], index: int) -> Job:
+        while queue[index].id in self.done:
+            index += 1
+        return queue[index]
 
     def reconsider_skipped(self) -> None:
         """A preemption or eviction may have freed room: skipped heads get another try."""
@@ -251,11 +284,17 @@ class CycleState:
 
     def reclaim_candidates(self, share: str, unit: str) -> list[Holding]:
         """Other shares' pools and active jobs on `unit`, while those shares borrow."""
+        cached = self._borrowers_holdings.get(unit)
+        if cached is None or cached[0] != self._version:
+            cached = self._borrowers_holdings[unit] = (self._version, self._borrowed_on(unit))
+        return [holding for holding in cached[1] if holding.share != share]
+
+    def _borrowed_on(self, unit: str) -> list[Holding]:
+        """Every pool and active job on `unit` of a share that borrows there, in victim
+        order.  Kept until something is placed or taken: heads that fail to reclaim, and
+        the quiet rounds, ask for the same list many times."""
         ledger = self.ledger(unit)
-        borrowing = {
-            name for name, account in ledger.accounts.items()
-            if name != share and account.borrowed > 0
-        }
+        borrowing = {name for name, account in ledger.accounts.items() if account.borrowed > 0}
         holdings = [
             Holding.of_pool(pool)
             for name in borrowing
@@ -290,6 +329,7 @@ class CycleState:
     # Changes ----------------------------------------------------------------------------
 
     def remove_pool(self, pool: WarmPool, *, release_ledger: bool) -> None:
+        self._version += 1
         del self.pools[pool.quota_share][pool.id]
         if release_ledger:
             self.ledger(pool.instance_type).change(pool.quota_share, -pool.instance_count)
@@ -298,6 +338,7 @@ class CycleState:
     def remove_active(self, job: Job) -> bool:
         """A victim leaves its instances (the ledger already counts them gone); returns
         whether it was RUNNING."""
+        self._version += 1
         del self.active[job.instance_type][job.id]
         self._give_back(job.instance_type, job.instances)
         self.done.add(job.id)
@@ -305,18 +346,47 @@ class CycleState:
         return job.status is JobStatus.RUNNING
 
     def place(self, job: Job, reuse: WarmPool | None) -> tuple[tuple[int, ...], int]:
-        """Give the job its instances; returns them and the share's borrowed() after."""
-        unit = job.instance_type
+        """Give the job its instances; returns them and the share's borrowed() after.
+
+        The placed job holds them as a SCHEDULED job dispatched now, so that a later step
+        of this cycle may take it as a victim (it is then withdrawn, see `withdraw`).
+        """
+        self._version += 1
+        unit, share = job.instance_type, job.quota_share
         ledger = self.ledger(unit)
         if reuse is not None:
             del self.pools[reuse.quota_share][reuse.id]
             instances = reuse.instances
+            self.reused[job.id] = reuse
         else:
             instances = self._take(unit, job.instance_count)
-            ledger.change(job.quota_share, job.instance_count)
-        self.done.add(job.id)
+            ledger.change(share, job.instance_count)
+        self._mark_done(share, job)
         self.placed[job.id] = instances
-        return instances, ledger.account(job.quota_share).borrowed
+        self.active[unit][job.id] = replace(
+            job, status=JobStatus.SCHEDULED, instances=instances, dispatched_at=self.now
+        )
+        return instances, ledger.account(share).borrowed
+
+    def placed_now(self, job: Job) -> bool:
+        return job.id in self.placed
+
+    def withdraw(self, job: Job) -> WarmPool | None:
+        """Undo this cycle's placement of a job taken as a victim (the ledger already counts
+        it gone): it waits again, skipped for the rest of the cycle, and its instances are
+        free.  Returns the pool it had taken, which the taker evicts."""
+        self._version += 1
+        del self.active[job.instance_type][job.id]
+        del self.placed[job.id]
+        self._give_back(job.instance_type, job.instances)
+        return self.reused.pop(job.id, None)
+
+    def _mark_done(self, share: str, job: Job) -> None:
+        queue, index = self.queues[share], self.cursor[share]
+        if index >= len(queue) or queue[index] is not job:  # a placed job is its share's head
+            index = queue.index(job)
+        insort(self._done_at[share], index)
+        self.done.add(job.id)
 
     def _take(self, unit: str, count: int) -> tuple[int, ...]:
         """The lowest-numbered free instances (SPEC.md 1)."""

@@ -7,7 +7,8 @@ and decision types).  Speed does not matter here; being easy to check against SP
 
 A `World` is one instant: capacity, shares, the active jobs and the Available warm pools.
 `fits` places a job in a copy of the world and recomputes everything; `replay` walks a
-cycle's decisions and gives the world just before each placement, and the world after.
+cycle's decisions (or its trace, with the placements it withdrew) and gives the world just
+before each placement, and the world after.
 """
 
 from __future__ import annotations
@@ -15,15 +16,18 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from scheduler.decisions import (
     CycleResult,
+    Decision,
     Dispatch,
     PendingReason,
     Preempt,
     SetPendingReason,
     TerminateWarmPool,
+    TraceStep,
+    Withdraw,
 )
 from scheduler.model import Job, JobStatus, QuotaShare, Snapshot, Strategy, WarmPool
 
@@ -333,21 +337,25 @@ def _accounting_problems(unit: str, unit_figures: UnitFigures) -> list[str]:
 
 # Replaying a cycle -------------------------------------------------------------------
 
-Victim = Preempt | TerminateWarmPool
+Victim = Preempt | TerminateWarmPool | Withdraw
 
 
 @dataclass(frozen=True)
 class Placement:
-    """One Dispatch with its victims, and the world just before the victims were taken."""
+    """One Dispatch with its victims, and the world just before the victims were taken.
+
+    A victim may be a job placed earlier in the cycle (Withdraw); a pool that job had
+    taken is Available again (`restored`) until its own TerminateWarmPool."""
 
     dispatch: Dispatch
     victims: tuple[Victim, ...]
     before: World
     job: Job
+    restored: Mapping[str, tuple[str, WarmPool]] = field(default_factory=dict)
 
     @property
     def victim_jobs(self) -> list[str]:
-        return [v.job_id for v in self.victims if isinstance(v, Preempt)]
+        return [v.job_id for v in self.victims if isinstance(v, Preempt | Withdraw)]
 
     @property
     def victim_pools(self) -> list[str]:
@@ -357,12 +365,20 @@ class Placement:
         pool_id = self.dispatch.warm_pool_id
         return None if pool_id is None else self.before.pools[pool_id]
 
+    def pool(self, pool_id: str) -> WarmPool:
+        return self.before.pools.get(pool_id) or self.restored[pool_id][1]
+
     def without_victims(self, *, but: Victim | None = None) -> World:
         """The world before the placement with every victim gone (but `but`, if given)."""
         victims = [v for v in self.victims if v is not but]
-        jobs = [v.job_id for v in victims if isinstance(v, Preempt)]
+        jobs = [v.job_id for v in victims if isinstance(v, Preempt | Withdraw)]
         pools = [v.pool_id for v in victims if isinstance(v, TerminateWarmPool)]
-        return without(self.before, jobs, pools)
+        world = without(self.before, jobs, pools)
+        back = {
+            pool_id: pool for pool_id, (withdrawn, pool) in self.restored.items()
+            if withdrawn in jobs and pool_id not in pools
+        }
+        return dataclasses.replace(world, pools={**world.pools, **back})
 
 
 @dataclass(frozen=True)
@@ -372,16 +388,20 @@ class Replay:
     after: World
 
 
-def replay(snapshot: Snapshot, result: CycleResult) -> Replay:
-    """Walk the decisions in order: housekeeping, then each placement's victims and its
-    Dispatch; raise ReplayError on a decision the state cannot take."""
+def replay(snapshot: Snapshot, result: CycleResult | Iterable[Decision | TraceStep]) -> Replay:
+    """Walk the decisions (or a trace) in order: housekeeping, then each placement's victims
+    and its Dispatch; raise ReplayError on a step the state cannot take."""
+    steps = result.decisions if isinstance(result, CycleResult) else tuple(result)
     queued = {job.id: job for job in snapshot.jobs if job.status.queued}
     world = world_of(snapshot)
     housekept: World | None = None
     placements: list[Placement] = []
+    reused: dict[str, WarmPool] = {}  # by job: the pool its placement took
+    restored: dict[str, tuple[str, WarmPool]] = {}
     victims: list[Victim] = []
+    orphans: list[Victim] = []  # taken for a placement that was withdrawn later
     before = world
-    for decision in result.decisions:
+    for decision in steps:
         if isinstance(decision, SetPendingReason):
             continue
         if isinstance(decision, TerminateWarmPool) and decision.by_job is None:
@@ -390,23 +410,60 @@ def replay(snapshot: Snapshot, result: CycleResult) -> Replay:
             continue
         if housekept is None:
             housekept = world
+        if victims and _taker(victims[0]) != _taker(decision):
+            orphans, victims = orphans + victims, []
         if not victims:
-            before = world
+            before, restored = world, {}
         if isinstance(decision, Preempt):
             _expect(decision.job_id in world.active, f"preempts a job not active: {decision}")
             world, victims = without(world, job_ids=[decision.job_id]), [*victims, decision]
+        elif isinstance(decision, Withdraw):
+            world = _withdraw(world, decision, placements, reused, restored)
+            victims = [*victims, decision]
         elif isinstance(decision, TerminateWarmPool):
             world, victims = _terminate(world, decision.pool_id), [*victims, decision]
         elif isinstance(decision, Dispatch):
-            placement = _placement(before, victims, decision, queued)
+            placement = _placement(before, victims, decision, queued, restored)
             world = _dispatched(world, placement)
             placements.append(placement)
+            if placement.reuse() is not None:
+                reused[decision.job_id] = placement.before.pools[decision.warm_pool_id or ""]
             victims = []
-    _expect(not victims, f"victims without a placement: {victims}")
+    withdrawn = {_taker(victim) for victim in orphans + victims}
+    placed = {placement.dispatch.job_id for placement in placements}
+    _expect(not withdrawn & placed, f"victims precede no Dispatch of {withdrawn & placed}")
     return Replay(housekept or world, tuple(placements), world)
 
 
-def apply(snapshot: Snapshot, result: CycleResult) -> World:
+def _taker(step: Victim | Dispatch) -> str | None:
+    """The job a step makes room for, or places."""
+    if isinstance(step, Preempt):
+        return step.preempted_by
+    if isinstance(step, Dispatch):
+        return step.job_id
+    return step.by_job
+
+
+def _withdraw(
+    world: World,
+    step: Withdraw,
+    placements: list[Placement],
+    reused: Mapping[str, WarmPool],
+    restored: dict[str, tuple[str, WarmPool]],
+) -> World:
+    """Undo a placement made earlier in the cycle; a pool it had taken is Available again."""
+    _expect(any(p.dispatch.job_id == step.job_id for p in placements),
+            f"withdraws {step.job_id}, which was not placed in this cycle")
+    _expect(step.job_id in world.active, f"withdraws {step.job_id}, which holds nothing")
+    world = without(world, job_ids=[step.job_id])
+    pool = reused.get(step.job_id)
+    if pool is None:
+        return world
+    restored[pool.id] = (step.job_id, pool)
+    return dataclasses.replace(world, pools={**world.pools, pool.id: pool})
+
+
+def apply(snapshot: Snapshot, result: CycleResult | Iterable[Decision | TraceStep]) -> World:
     """The world after the cycle's decisions."""
     return replay(snapshot, result).after
 
@@ -422,13 +479,17 @@ def _terminate(world: World, pool_id: str) -> World:
 
 
 def _placement(
-    before: World, victims: list[Victim], dispatch: Dispatch, queued: Mapping[str, Job]
+    before: World,
+    victims: list[Victim],
+    dispatch: Dispatch,
+    queued: Mapping[str, Job],
+    restored: Mapping[str, tuple[str, WarmPool]],
 ) -> Placement:
     _expect(dispatch.job_id in queued, f"dispatches {dispatch.job_id}, which is not queued")
     for victim in victims:
         by = victim.preempted_by if isinstance(victim, Preempt) else victim.by_job
         _expect(by == dispatch.job_id, f"{victim} precedes the Dispatch of {dispatch.job_id}")
-    return Placement(dispatch, tuple(victims), before, queued[dispatch.job_id])
+    return Placement(dispatch, tuple(victims), before, queued[dispatch.job_id], dict(restored))
 
 
 def _dispatched(world: World, placement: Placement) -> World:

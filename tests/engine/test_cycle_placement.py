@@ -121,6 +121,33 @@ def test_head_that_cannot_be_placed_is_skipped_for_a_smaller_lower_priority_job(
     assert decide(snap) == [dispatch("small", (1,)), waits("big", WAITING)]
 
 
+def test_a_skipped_head_steps_aside_alone_and_its_next_job_joins_the_next_round() -> None:
+    # C 3, S0 and S1 have no limit (L 0) and borrow; S0's j5 holds 2, so P = 1. Round 1:
+    # j1 and j7 (n 2) cannot borrow and are skipped. Round 2: j9 (n 2) is S0's head, even
+    # though j7 failed at the same size, so S1's j12 is the only one that can borrow and
+    # takes the last instance before S0's j11 joins in round 3.
+    snap = snapshot(
+        NOW,
+        [unit(G5, 3)],
+        [share("S0", 0, strategy=LEND_AND_BORROW), share("S1", 0, strategy=LEND_AND_BORROW)],
+        [
+            running("j5", share="S0", seq=1, instances=(0, 1)),
+            queued("j1", share="S1", seq=2, n=2),
+            queued("j7", share="S0", seq=3, n=2),
+            queued("j9", share="S0", seq=4, n=2),
+            queued("j11", share="S0", seq=5),
+            queued("j12", share="S1", seq=6),
+        ],
+    )
+    assert decide(snap) == [
+        dispatch("j12", (2,), borrowed=1),
+        waits("j7", NO_IDLE, 1),
+        waits("j9", NO_IDLE, 2),
+        waits("j11", NO_IDLE, 3),
+        waits("j1", NO_IDLE, 1),
+    ]
+
+
 def test_disabled_share_still_runs_its_queued_jobs() -> None:
     snap = snapshot(
         NOW,

@@ -14,6 +14,7 @@ import dataclasses
 from collections import Counter
 from collections.abc import Sequence
 from typing import TypeGuard, TypeVar
+from unittest import mock
 
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
@@ -39,6 +40,9 @@ from scheduler import (
     WarmPoolMatch,
     schedule,
 )
+from scheduler import cycle as cycle_module
+from scheduler.cycle import trace
+from scheduler.decisions import Withdraw
 from tests.engine import oracle
 from tests.engine.oracle import Placement, Replay, World, figures, world_of
 
@@ -416,8 +420,10 @@ def shuffled(draw: st.DrawFn, snapshot: Snapshot) -> Snapshot:
 
 
 def cycle(snapshot: Snapshot) -> tuple[CycleResult, Replay]:
+    """The cycle's decisions, and the replay of its trace: with the placements a later
+    step withdrew, so that each placement is checked against the world it was made in."""
     result = schedule(snapshot)
-    return result, oracle.replay(snapshot, result)
+    return result, oracle.replay(snapshot, trace(snapshot))
 
 
 def of_type(result: CycleResult, kind: type[D]) -> list[D]:
@@ -479,16 +485,16 @@ def placeable_now(world: World, job: Job) -> bool:
     return not in_grace and oracle.misconfiguration(world, job) is None
 
 
-def victim_share(placement: Placement, victim: Preempt | TerminateWarmPool) -> str:
-    if isinstance(victim, Preempt):
-        return placement.before.active[victim.job_id].quota_share
-    return placement.before.pools[victim.pool_id].quota_share
+def victim_share(placement: Placement, victim: oracle.Victim) -> str:
+    if isinstance(victim, TerminateWarmPool):
+        return placement.pool(victim.pool_id).quota_share
+    return placement.before.active[victim.job_id].quota_share
 
 
-def victim_unit(placement: Placement, victim: Preempt | TerminateWarmPool) -> str:
-    if isinstance(victim, Preempt):
-        return placement.before.active[victim.job_id].instance_type
-    return placement.before.pools[victim.pool_id].instance_type
+def victim_unit(placement: Placement, victim: oracle.Victim) -> str:
+    if isinstance(victim, TerminateWarmPool):
+        return placement.pool(victim.pool_id).instance_type
+    return placement.before.active[victim.job_id].instance_type
 
 
 def is_reclaim(placement: Placement) -> bool:
@@ -578,6 +584,27 @@ def test_no_job_is_lost_or_duplicated(snapshot: Snapshot) -> None:
 
 @PROPERTY
 @given(any_snapshots)
+def test_a_withdrawn_placement_never_reaches_the_decisions(snapshot: Snapshot) -> None:
+    """SPEC.md 5.6, Placed this cycle: a job placed and then taken later in the same cycle
+    is neither dispatched nor preempted; it waits again, and the decisions are the trace
+    without its placement and its withdrawal."""
+    result = schedule(snapshot)
+    steps = trace(snapshot)
+    withdrawn = {step.job_id for step in steps if isinstance(step, Withdraw)}
+    taken = withdrawn | {p.job_id for p in of_type(result, Preempt)}
+    assert not taken & {d.job_id for d in of_type(result, Dispatch)}
+    waiting = {job.id for job in waiting_after(snapshot, result)}
+    assert withdrawn <= waiting
+    kept = [
+        step for step in steps
+        if not isinstance(step, Withdraw)
+        and not (isinstance(step, Dispatch) and step.job_id in withdrawn)
+    ]
+    assert [d for d in result.decisions if not isinstance(d, SetPendingReason)] == kept
+
+
+@PROPERTY
+@given(any_snapshots)
 def test_victims_come_from_the_shares_their_kind_allows(snapshot: Snapshot) -> None:
     """SPEC.md 5.3–5.5: IN_SHARE victims are the preemptor's share's jobs of strictly lower
     priority; CROSS_SHARE victims (and other shares' evicted pools) belong to other shares
@@ -622,6 +649,37 @@ def test_running_victims_give_a_grace_period(snapshot: Snapshot) -> None:
 
 
 # d. Determinism ------------------------------------------------------------------------
+
+
+@st.composite
+def long_queues(draw: st.DrawFn) -> Snapshot:
+    """A snapshot whose queued jobs come in runs of alike jobs (copies submitted right after
+    each other), so that many rounds only skip heads."""
+    snapshot = draw(running_snapshots)
+    jobs: list[Job] = []
+    sequence = 0
+    for job in snapshot.jobs:
+        copies = draw(st.integers(0, 4)) if job.status.queued else 0
+        for copy in range(copies + 1):
+            sequence += 1
+            name = job.id if copy == 0 else f"{job.id}_{copy}"
+            jobs.append(dataclasses.replace(job, id=name, sequence=sequence))
+    return dataclasses.replace(snapshot, jobs=tuple(jobs))
+
+
+def round_by_round(snapshot: Snapshot) -> CycleResult:
+    """The cycle without skipping quiet rounds at once: every round played out."""
+    with mock.patch.object(cycle_module._Cycle, "skip_quiet_rounds", lambda self: None):
+        return schedule(snapshot)
+
+
+@PROPERTY
+@given(st.one_of(any_snapshots, long_queues()))
+def test_skipping_quiet_rounds_at_once_changes_no_decision(snapshot: Snapshot) -> None:
+    """SPEC.md 5.6: a skipped head steps aside alone and its share's next job joins in the
+    next round; the cycle's shortcut over rounds that only skip heads must decide exactly
+    what playing every round out decides."""
+    assert schedule(snapshot) == round_by_round(snapshot)
 
 
 def is_housekeeping(decision: object) -> TypeGuard[TerminateWarmPool]:
@@ -687,7 +745,7 @@ def test_every_waiting_job_has_its_pending_reason_and_position(snapshot: Snapsho
 # g. Minimal victims --------------------------------------------------------------------
 
 
-def needed(placement: Placement, victim: Preempt | TerminateWarmPool) -> bool:
+def needed(placement: Placement, victim: oracle.Victim) -> bool:
     """Whether the placement needs `victim` (SPEC.md 5.3/5.5): without it the job would not
     fit, or — an own pool evicted for an in-quota head — would no longer be in quota."""
     spared = placement.without_victims(but=victim)

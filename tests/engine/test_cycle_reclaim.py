@@ -242,31 +242,6 @@ def test_reclaim_preempts_nothing_when_even_every_candidate_is_not_enough() -> N
     assert decide(snap) == [waits("q1", WAITING)]
 
 
-def test_job_placed_in_this_cycle_is_no_reclaim_candidate() -> None:
-    # Capacity shrank: C 2 < ΣL 3 (F = −1). Round 1: q_pair (n 2) is in quota but free 1
-    # and A is not borrowing; a2 borrows the free instance (P 1 → 0); q_pair is skipped.
-    # Round 2: q_one (in quota) must reclaim from A, now borrowing; a2 was placed in this
-    # cycle, so a1 is the victim.
-    snap = snapshot(
-        NOW,
-        [unit(G5, 2)],
-        [share("Q", 2), share("A", 1, strategy=LEND_AND_BORROW)],
-        [
-            running("a1", share="A", seq=1, instances=(0,)),
-            queued("a2", share="A", seq=2),
-            queued("q_pair", share="Q", seq=3, n=2, priority=1),
-            queued("q_one", share="Q", seq=4),
-        ],
-    )
-    assert decide(snap) == [
-        dispatch("a2", (1,), borrowed=1),
-        preempt("a1", by="q_one"),
-        dispatch("q_one", (0,)),
-        waits("a1", NO_IDLE),
-        waits("q_pair", WAITING),
-    ]
-
-
 # Lowered limits (SPEC.md 5.7) --------------------------------------------------------------
 
 
