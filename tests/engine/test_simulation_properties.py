@@ -20,7 +20,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scheduler.decisions import CycleResult
+from scheduler.cycle import trace
+from scheduler.decisions import CycleResult, Dispatch, Preempt, Withdraw
 from scheduler.model import CapacityUnit, Job, JobStatus, QuotaShare, Snapshot, Strategy
 from scheduler.simulate import parse_scenario, run_scenario, simulate
 
@@ -470,7 +471,8 @@ def lender_limit_raise(draw: st.DrawFn, draft: Draft, index: int, at: int) -> Do
 
 
 def disruptive_share_update(draw: st.DrawFn, draft: Draft, at: int) -> Document:
-    """A strategy switch (maybe with a lower borrow limit) or a lowered limit."""
+    """A strategy switch (maybe with a lower borrow limit), a lowered limit or a unit dropped
+    from the limits."""
     index = draw(st.integers(0, len(draft.shares) - 1))
     name = draft.shares[index]["name"]
     draft.disrupt(at)
@@ -483,6 +485,8 @@ def disruptive_share_update(draw: st.DrawFn, draft: Draft, at: int) -> Document:
     limits = draft.limits(index)  # the initial limits; a raise may have come before
     unit = draw(st.sampled_from(sorted(limits)))
     limits[unit] = draw(st.integers(0, limits[unit]))
+    if len(limits) > 1 and draw(st.booleans()):
+        del limits[unit]  # dropped from the limits: L = 0 there, while jobs may still run
     return action(at, "update_share", name=name, capacity_limits=[
         {"capacity_unit": u, "max_capacity": value} for u, value in limits.items()
     ])
@@ -583,6 +587,87 @@ def test_without_grace_no_instance_idles_while_a_job_could_use_it(
     document["settings"]["preemption_grace_seconds"] = 0
     metrics = run_scenario(document)["metrics"]
     assert metrics["idle_while_eligible_instance_seconds"] == 0
+
+
+@dataclass
+class HoldingMeter:
+    """Watches every tick: the decisions' victims and placements, and the instance-seconds
+    held (active jobs and Available pools, on any unit) against capacity-seconds."""
+
+    problems: list[str] = field(default_factory=list)
+    last: tuple[int, int, Counter[str]] | None = None  # (t, capacity, held by share)
+    capacity_seconds: int = 0
+    held_seconds: Counter[str] = field(default_factory=Counter)
+
+    def __call__(self, before: Snapshot, result: CycleResult, after: Snapshot) -> None:
+        now = int(after.now)
+        self.problems += decision_problems(before, result)
+        self.close(now)
+        held: Counter[str] = Counter()
+        for job in after.jobs:
+            if job.status.value in ACTIVE:
+                held[job.quota_share] += job.instance_count
+        for pool in after.warm_pools:
+            held[pool.quota_share] += pool.instance_count
+        self.last = (now, sum(unit.max_capacity for unit in after.capacity), held)
+
+    def close(self, until: int) -> None:
+        """Count the stretch since the last tick, over which nothing changed."""
+        if self.last is None:
+            return
+        t, capacity_now, held = self.last
+        self.capacity_seconds += capacity_now * (until - t)
+        for name, count in held.items():
+            self.held_seconds[name] += count * (until - t)
+
+
+def decision_problems(before: Snapshot, result: CycleResult) -> list[str]:
+    """No job is both placed and taken (preempted, or withdrawn from this cycle's
+    placement) in one cycle's decisions."""
+    placed = {d.job_id for d in result.decisions if isinstance(d, Dispatch)}
+    taken = {d.job_id for d in result.decisions if isinstance(d, Preempt)}
+    taken |= {step.job_id for step in trace(before) if isinstance(step, Withdraw)}
+    both = sorted(placed & taken)
+    return [f"t={int(before.now)}: {both} placed and taken"] if both else []
+
+
+def lost_work(document: Document, result: Result) -> float:
+    """RUNNING seconds of preempted attempts not saved by a checkpoint, × n: an attempt
+    that never started loses nothing."""
+    bodies = {a["submit"]["name"]: a["submit"] for a in document["actions"] if "submit" in a}
+    lost = 0.0
+    for job in result["jobs"]:
+        body = bodies[job["name"]]
+        every = body.get("checkpoint_seconds")
+        for attempt in job["attempts"]:
+            if attempt["outcome"] != "PREEMPTED" or attempt["started_at"] is None:
+                continue
+            ran = attempt["stopped_at"] - attempt["started_at"]
+            saved = (ran // every) * every if every else 0
+            lost += (ran - saved) * body.get("instance_count", 1)
+    return lost
+
+
+@PROPERTY_SETTINGS
+@given(scenarios())
+def test_no_job_is_both_placed_and_taken_and_the_metrics_add_up(
+    drawn: tuple[Document, int | None],
+) -> None:
+    """Every tick: no decision list holds a job both placed and taken as a victim.  At the
+    end: lost work counts only attempts that had started, and utilization (and each
+    share's instance-seconds) is the instance-seconds held over capacity-seconds, held
+    instances counted on every unit, listed in the share's limits or not."""
+    document, _ = drawn
+    meter = HoldingMeter()
+    result = simulate(parse_scenario(document), meter)
+    meter.close(document["until"])
+    assert meter.problems == []
+    metrics = result["metrics"]
+    assert metrics["lost_work_instance_seconds"] == round(lost_work(document, result), 4)
+    held = sum(meter.held_seconds.values())
+    assert metrics["utilization"] == round(held / meter.capacity_seconds, 4)
+    for name, figures in metrics["per_share"].items():
+        assert figures["instance_seconds"] == meter.held_seconds[name], name
 
 
 # The checkers themselves ------------------------------------------------------------------
