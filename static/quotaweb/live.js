@@ -566,8 +566,12 @@ function connect() {
     fillUsageGap();
   });
   socket.addEventListener("message", (message) => handle(JSON.parse(message.data)));
-  socket.addEventListener("close", () => {
+  socket.addEventListener("close", (closed) => {
+    // 4401: signed out here or elsewhere, or the user was deactivated: no point retrying.
+    if (closed.code === 4401) return setStatus("signed-out");
     setStatus("reconnecting");
+    // 4429: this user has too many live tabs open; retry at the slowest pace.
+    if (closed.code === 4429) state.retries = Math.max(state.retries, 6);
     const delay = Math.min(MAX_BACKOFF_MS, 500 * 2 ** state.retries) * (0.75 + Math.random() / 2);
     state.retries += 1;
     setTimeout(connect, delay);
