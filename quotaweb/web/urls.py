@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from .views import jobs, overview, pools, reports, shares, tokens
+from .views import jobs, overview, pools, reports, search, shares, tokens
 
 app_name = "web"
 
@@ -12,6 +12,8 @@ urlpatterns = [
     path("fleet/figure.json", overview.fleet_figure, name="fleet-figure"),
     path("shares/<str:name>", shares.share_detail, name="share"),
     path("shares/<str:name>/jobs", shares.share_jobs, name="share-jobs"),
+    path("jobs", search.jobs, name="jobs"),
+    path("events", search.events, name="events"),
     path("jobs/<int:job_id>", jobs.job_detail, name="job"),
     path("jobs/<int:job_id>/status", jobs.job_status, name="job-status"),
     path("jobs/<int:job_id>/log-tail", jobs.job_log_tail, name="job-log-tail"),

@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from django.http import HttpRequest
 from django.utils import timezone
 from ninja import Query, Router, Schema
-from pydantic import Field
+from pydantic import Field, StringConstraints
 
 from ...models import WarmPool
 from ...models.warm_pools import WarmPoolSegment
 from ...realtime.serializers import event_rows, usage_dict, usage_rows
 from ...services.billing import pool_billable_seconds, with_chain_billing
 from ...services.permissions import share_ids_with_secrets
+from ...services.search import filter_events
 from ..auth import current_user
 from ..errors import READ_ERRORS, error_responses
 from ..pagination import decode_cursor, encode_cursor
@@ -27,6 +28,13 @@ router = Router(tags=["activity"])
 MAX_SAMPLES = 10_000
 # The simulator's refusal event; the API answers a refused submission with its error.
 HIDDEN_EVENTS = ("SUBMIT_REJECTED",)
+EventType = Literal["SUBMITTED", "PRIORITY_UPDATED", "DISPATCHED", "RUNNING", "SUCCEEDED",
+                    "ATTEMPT_FAILED", "FAILED", "PREEMPTED", "TERMINATED",
+                    "WARM_POOL_AVAILABLE", "WARM_POOL_REUSED", "WARM_POOL_UPDATED",
+                    "WARM_POOL_TERMINATED", "SHARE_UPDATED", "SHARE_DELETED",
+                    "CAPACITY_UPDATED"]
+JobNameFilter = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]{0,128}\*?$")]
+UserFilter = Annotated[str, StringConstraints(min_length=1, max_length=150)]
 
 
 class PoolFilters(Schema):
@@ -52,6 +60,14 @@ class EventFilters(Schema):
     after: int = Field(None, ge=0, le=MAX_ID,
                               description="Events with a larger id (ids follow commit order).")
     limit: int = Field(500, ge=1, le=500)
+    quota_share: ShareName = Field(None, description="Only this share's events.")
+    type: list[EventType] = Field(None, description="Repeat to combine; all when absent.")
+    job: int = Field(None, ge=1, le=MAX_ID, description="Only this job's events.")
+    job_name: JobNameFilter = Field(None, description="Events of jobs with this name, or "
+                                                      "this prefix when it ends with *.")
+    user: UserFilter = Field(None, description="Events of the jobs this user submitted.")
+    since: IsoTime = Field(None, description="At or after this time.")
+    until: IsoTime = Field(None, description="Before this time.")
 
 
 @router.get("/warm-pools", response={200: WarmPoolListOut, **error_responses(READ_ERRORS)},
@@ -137,7 +153,12 @@ def as_utc(moment: datetime) -> datetime:
 @router.get("/events", response={200: EventListOut, **error_responses(READ_ERRORS)},
             operation_id="list_events", summary="Events in commit order")
 def list_events(request: HttpRequest, filters: Query[EventFilters]) -> dict[str, Any]:
-    rows = event_rows().exclude(type__in=HIDDEN_EVENTS)
+    rows = filter_events(
+        event_rows().exclude(type__in=HIDDEN_EVENTS), quota_share=filters.quota_share,
+        types=filters.type or (), job=filters.job, job_name=filters.job_name,
+        user=filters.user,
+        since=as_utc(filters.since) if filters.since is not None else None,
+        until=as_utc(filters.until) if filters.until is not None else None)
     if filters.after is not None:
         rows = rows.filter(id__gt=filters.after)
     return {"events": [

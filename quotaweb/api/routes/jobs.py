@@ -14,17 +14,20 @@ from ...models import Job, LogLine
 from ...services import jobs as job_services
 from ...services.errors import NotFound, ValidationFailed
 from ...services.permissions import can_see_job_secrets
+from ...services.search import filter_jobs
 from ..auth import current_user
 from ..errors import READ_ERRORS, WRITE_ERRORS, ApiError, error_responses
 from ..job_representation import Reader, job_dicts, job_rows, new_job_dict, single_job_dict
 from ..pagination import decode_cursor, encode_cursor
-from ..schemas.common import MAX_ID, ShareName
+from ..schemas.common import MAX_ID, IsoTime, ShareName
 from ..schemas.jobs import JobIn, JobListOut, JobOut, JobPatch, JobStatus, LogsOut, TerminateIn
+from .activity import as_utc
 
 router = Router(tags=["jobs"])
 
 JobId = Annotated[int, Path(ge=1, le=MAX_ID, description="The job's id.")]
 NameFilter = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]{0,128}\*?$")]
+UserFilter = Annotated[str, StringConstraints(min_length=1, max_length=150)]
 
 
 class JobFilters(Schema):
@@ -32,6 +35,9 @@ class JobFilters(Schema):
     status: list[JobStatus] = Field(
         None, description="Repeat to combine (status=RUNNING&status=RUNNABLE); all when absent.")
     name: NameFilter = Field(None, description="Exact name, or a prefix when it ends with *.")
+    user: UserFilter = Field(None, description="Only the jobs this user submitted.")
+    since: IsoTime = Field(None, description="Submitted at or after this time.")
+    until: IsoTime = Field(None, description="Submitted before this time.")
     limit: int = Field(100, ge=1, le=500)
     cursor: str = Field(None, max_length=200,
                                description="next_cursor of the previous page.")
@@ -67,16 +73,11 @@ def submit_job(request: HttpRequest, payload: JobIn) -> Status:
 @router.get("/jobs", response={200: JobListOut, **error_responses(READ_ERRORS)},
             operation_id="list_jobs", summary="List jobs, newest first")
 def list_jobs(request: HttpRequest, filters: Query[JobFilters]) -> dict[str, Any]:
-    rows = job_rows().order_by("-id")
-    if filters.quota_share is not None:
-        rows = rows.filter(quota_share__name=filters.quota_share)
-    if filters.status:
-        rows = rows.filter(status__in=filters.status)
-    if filters.name is not None:
-        if filters.name.endswith("*"):
-            rows = rows.filter(name__startswith=filters.name[:-1])
-        else:
-            rows = rows.filter(name=filters.name)
+    rows = filter_jobs(
+        job_rows().order_by("-id"), quota_share=filters.quota_share,
+        statuses=filters.status or (), name=filters.name, user=filters.user,
+        since=as_utc(filters.since) if filters.since is not None else None,
+        until=as_utc(filters.until) if filters.until is not None else None)
     if filters.cursor is not None:
         rows = rows.filter(id__lt=decode_cursor(filters.cursor))
     page = list(rows[: filters.limit + 1])
