@@ -11,12 +11,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.db.models import OuterRef, QuerySet, Subquery
+from django.utils import timezone
 
 from scheduler.decisions import PendingReason
 
 from ..models import CapacityLimit, Event, Job, UsageSample, WarmPool
 from ..models.jobs import ACTIVE_STATUSES, JobStatus
 from ..models.warm_pools import PoolStatus, WarmPoolSegment
+from ..services.billing import pool_billable_seconds, with_chain_billing
 
 FIGURES = ("limit", "in_use", "own", "borrowed", "lent", "warm", "queued")
 
@@ -138,15 +140,18 @@ def job_summary_dict(job: Job) -> dict[str, Any]:
 
 
 def live_pool_rows() -> QuerySet[WarmPool]:
-    """Pools that hold instances (Available or InUse), with the owner's segment."""
+    """Pools that hold instances (Available or InUse), with the owner's segment and the
+    chain's billed seconds (services.billing)."""
     return (
-        WarmPool.objects.filter(status__in=(PoolStatus.AVAILABLE, PoolStatus.IN_USE))
+        with_chain_billing(WarmPool.objects.filter(
+            status__in=(PoolStatus.AVAILABLE, PoolStatus.IN_USE)))
         .select_related("quota_share", "owner", "owner__warm_pool_segment")
         .only(
             "id", "quota_share__name", "owner__id", "owner__name", "instance_type",
             "instance_count", "status", "expires_at", "created_at", "cache_directory",
             "owner__warm_pool_segment__keep_alive_seconds",
             "owner__warm_pool_segment__retained_billable_seconds",
+            "owner__warm_pool_segment__status", "owner__warm_pool_segment__available_since",
         )
         .order_by("id")
     )
@@ -167,7 +172,8 @@ def warm_pool_dict(pool: WarmPool, *, reveal_cache: bool = False) -> dict[str, A
         "keep_alive_seconds": segment.keep_alive_seconds if segment else None,
         "expires_at": iso(pool.expires_at),
         "created_at": iso(pool.created_at),
-        "retained_billable_seconds": segment.retained_billable_seconds if segment else 0,
+        # The pool's whole chain, as the API and the warm-pools page give it.
+        "retained_billable_seconds": pool_billable_seconds(pool, timezone.now()),
         "cache_directory": pool.cache_directory if reveal_cache else None,
     }
 

@@ -55,8 +55,9 @@ def pool_billable_seconds(pool: WarmPool, now: datetime) -> float:
     """A pool's whole chain: every segment's retained seconds (annotated by
     with_chain_billing, else summed here), plus the open time of its owner's segment
     while the pool stands Available."""
-    retained = getattr(pool, "billed", None)
-    if retained is None:
+    if hasattr(pool, "billed"):  # annotated: None when the pool has no segment yet
+        retained = pool.billed
+    else:
         retained = pool.segments.aggregate(total=Sum("retained_billable_seconds"))["total"]
     seconds = float(retained or 0.0)
     segment = owner_segment(pool)
