@@ -112,6 +112,9 @@ class _Cycle:
         exactly each share's next job: every share advances by that many jobs.  (The rounds
         still count: a share's later jobs join the borrowing pass by them.)"""
         verdicts: dict[Key, bool] = {}
+        for head in self.state.heads():  # most often some head progresses: nothing to skip
+            if not self.skipped_in_a_quiet_round(head, verdicts):
+                return
         rounds: int | None = None  # None: every waiting job would be skipped
         for share in self.state.share_names:
             quiet = self.quiet_rounds(share, verdicts, rounds)

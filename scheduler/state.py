@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 import heapq
-from bisect import bisect_left, insort
+from bisect import bisect_left, bisect_right, insort
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import replace
@@ -163,29 +163,42 @@ class CycleState:
         changes nothing they all fare the same.  Blocked jobs cost no round and are left out.
         """
         queue = self.queues[share]
-        index = self.cursor[share]
-        while index < len(queue):
-            end = self._run_end(share, index)
-            count = end - index - self._done_between(share, index, end)
-            if count and queue[index].id not in self.blocked:
-                yield self._first_not_done(queue, index), count
-            index = end
+        for start, count in self._stretches(share, self.cursor[share]):
+            if count:
+                yield self._first_not_done(queue, start), count
 
     def advance(self, share: str, rounds: int | None) -> None:
         """Skip the share's next `rounds` heads, as that many rounds would (all if None)."""
-        queue = self.queues[share]
-        index = len(queue) if rounds is None else self.cursor[share]
-        while rounds and index < len(queue):
-            end = self._run_end(share, index)
-            if queue[index].id in self.blocked:  # passed over: costs no round
-                index = end
-                continue
-            count = end - index - self._done_between(share, index, end)
-            if count <= rounds:
-                rounds, index = rounds - count, end
-                continue
-            index, rounds = self._past(share, index, rounds), 0
+        if rounds == 0:
+            return
+        index = len(self.queues[share])  # past the last run, unless one outlasts the rounds
+        if rounds is not None:
+            for start, count in self._stretches(share, self.cursor[share]):
+                if count > rounds:
+                    index = self._past(share, start, rounds)
+                    break
+                rounds -= count
         self.cursor[share] = index
+
+    def _stretches(self, share: str, index: int) -> Iterator[tuple[int, int]]:
+        """From `index` on, each run's start and how many of its jobs from there may still
+        be placed in this cycle (0 for a blocked run)."""
+        queue = self.queues[share]
+        starts = self._run_starts.get(share)
+        if starts is None:
+            starts = self._run_starts[share] = self._runs(queue)
+        done_at, blocked = self._done_at[share], self.blocked
+        for run in range(bisect_right(starts, index) - 1, len(starts)):
+            end = starts[run + 1] if run + 1 < len(starts) else len(queue)
+            if end <= index:
+                continue
+            start = max(index, starts[run])
+            if queue[start].id in blocked:
+                yield start, 0
+            elif done_at and done_at[-1] >= start:
+                yield start, end - start - (bisect_left(done_at, end) - bisect_left(done_at, start))
+            else:
+                yield start, end - start
 
     def _past(self, share: str, index: int, count: int) -> int:
         """The index just past the next `count` jobs from `index` not placed in this cycle."""
@@ -195,13 +208,6 @@ class CycleState:
             if past == end:
                 return end
             end = past
-
-    def _run_end(self, share: str, index: int) -> int:
-        starts = self._run_starts.get(share)
-        if starts is None:
-            starts = self._run_starts[share] = self._runs(self.queues[share])
-        position = bisect_left(starts, index + 1)
-        return starts[position] if position < len(starts) else len(self.queues[share])
 
     def _runs(self, queue: list[Job]) -> list[int]:
         """Where each run of alike jobs starts (see upcoming_runs); a blocked job is a run
