@@ -110,15 +110,19 @@ def build_parser() -> argparse.ArgumentParser:
     def command(name: str, help: str) -> argparse.ArgumentParser:
         return commands.add_parser(name, parents=[common], help=help, description=help)
 
-    submit = command("submit", "Submit a job.")
+    submit = command("submit", "Submit a job, or many from a JSON-lines file.")
     submit.add_argument("--share", "-s", required=True, help="the quota share")
-    submit.add_argument("--name", "-n", required=True, help="the job's name")
+    submit.add_argument("--name", "-n", help="the job's name (required without --from)")
+    submit.add_argument("--from", dest="from_file", metavar="JOBS.jsonl",
+                        help="submit one job per line, each a JSON object of submission "
+                             "fields (the options give the defaults; - reads standard "
+                             "input), all or none per 1,000")
     submit.add_argument("--priority", "-p", type=int, help="higher runs first [0]")
     submit.add_argument("--instance-type", help="[the share's capacity unit, if only one]")
     submit.add_argument("--instance-count", type=int, help="[1]")
     submit.add_argument("--keep-alive", type=int, dest="keep_alive_seconds", metavar="SECONDS",
                         help="keep the instances warm this long after success [0]")
-    work = submit.add_mutually_exclusive_group(required=True)
+    work = submit.add_mutually_exclusive_group()
     work.add_argument("--command", "-c", dest="job_command", metavar="SHELL_COMMAND",
                       help="a shell command (the local executor runs it)")
     work.add_argument("--duration", type=int, dest="duration_seconds", metavar="SECONDS",
@@ -423,9 +427,68 @@ class Output:
         self.stdout.flush()
 
 
+SUBMIT_OPTIONS = (
+    "priority", "instance_type", "instance_count", "keep_alive_seconds", "duration_seconds",
+    "retry_attempts", "preemption_retries_before_termination", "max_runtime_seconds", "role",
+    "volume_size_gb", "volume_kms_key_id", "security_group_ids", "subnets",
+    "enable_network_isolation", "enable_inter_container_traffic_encryption")
+
+
+class UsageError(Exception):
+    """A problem with what the user gave (exit status 2)."""
+
+
+def read_jobs(lines: Iterable[str], defaults: dict[str, Any]) -> list[dict[str, Any]]:
+    """One job per non-blank line of JSON, over the defaults the options give."""
+    jobs = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            fields = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise UsageError(f"line {number}: not JSON ({error.msg})") from None
+        if not isinstance(fields, dict):
+            raise UsageError(f"line {number}: a job must be a JSON object of fields")
+        job = {**defaults, **fields}
+        # A line that says what to run replaces the options' choice of work.
+        for chosen, other in (("command", "duration_seconds"), ("duration_seconds", "command")):
+            if chosen in fields and other not in fields:
+                job.pop(other, None)
+        jobs.append(job)
+    if not jobs:
+        raise UsageError("the file has no job")
+    return jobs
+
+
+def submit_from_file(args: argparse.Namespace, client: Client, out: Output) -> None:
+    defaults = {key: getattr(args, key) for key in SUBMIT_OPTIONS
+                if getattr(args, key) is not None}
+    if args.job_command is not None:
+        defaults["command"] = args.job_command
+    if args.env:
+        defaults["environment"] = dict(args.env)
+    if args.name is not None:
+        defaults["name"] = args.name
+    try:
+        if args.from_file == "-":
+            jobs = read_jobs(sys.stdin, defaults)
+        else:
+            with open(args.from_file, encoding="utf-8") as file:
+                jobs = read_jobs(file, defaults)
+    except OSError as error:
+        raise UsageError(f"cannot read {args.from_file}: {error.strerror}") from None
+    submitted = [job.last or {} for job in client.queue(args.share).submit_many(jobs)]
+    ids = [job.get("id") for job in submitted]
+    out.emit({"jobs": submitted},
+             lambda: f"submitted {len(ids)} jobs to {args.share}: ids {ids[0]} to {ids[-1]}")
+
+
 def run(args: argparse.Namespace, client: Client, out: Output, stderr: TextIO) -> int:
     name = args.command
-    if name == "submit":
+    if name == "submit" and args.from_file:
+        submit_from_file(args, client, out)
+    elif name == "submit":
         fields = {key: getattr(args, key) for key in (
             "priority", "instance_type", "instance_count", "keep_alive_seconds",
             "duration_seconds", "client_token", "retry_attempts",
@@ -531,6 +594,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                      "(manage.py create_token USERNAME makes one)")
     if args.command == "update" and args.priority is None and args.keep_alive_seconds is None:
         parser.error("update needs --priority, --keep-alive or both")
+    if args.command == "submit" and not args.from_file and (
+            args.name is None or (args.job_command is None and args.duration_seconds is None)):
+        parser.error("submit needs --name and one of --command and --duration (or --from)")
     try:
         client = Client(url, token)
     except ValueError as error:
@@ -541,6 +607,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except QuotawebError as error:
         print(f"{PROG}: error: {error}", file=sys.stderr)
         return EXIT_FAILED
+    except UsageError as error:
+        parser.error(str(error))
     except Failed as failure:
         print(f"{PROG}: {failure}", file=sys.stderr)
         return EXIT_FAILED

@@ -24,20 +24,33 @@ from .errors import Conflict, TooManyRequests
 WINDOW = timedelta(minutes=1)
 
 
-def check_submission_limits(user: Any, share: QuotaShare, now: datetime) -> None:
-    """Refuse a new job for `user` in `share` that would exceed either limit."""
+def check_submission_limits(user: Any, share: QuotaShare, now: datetime,
+                            count: int = 1) -> None:
+    """Refuse `count` new jobs for `user` in `share` that would exceed either limit (a
+    batch counts as many submissions as it has jobs)."""
     queued = Job.objects.filter(quota_share=share, status__in=QUEUED_STATUSES).count()
-    if queued >= share.max_queued_jobs:
-        raise Conflict("QUEUE_FULL",
-                       f"Quota share {share.name} already has {queued} queued jobs, its limit "
-                       f"(max_queued_jobs {share.max_queued_jobs}); submit again when some "
-                       "have started or ended.")
+    if queued + count > share.max_queued_jobs:
+        if count == 1:
+            said = (f"Quota share {share.name} already has {queued} queued jobs, its limit "
+                    f"(max_queued_jobs {share.max_queued_jobs})")
+        else:
+            said = (f"Quota share {share.name} has {queued} queued jobs; {count} more would "
+                    f"pass its limit (max_queued_jobs {share.max_queued_jobs})")
+        raise Conflict("QUEUE_FULL", f"{said}; submit again when some have started or ended.")
     recent = list(Job.objects.filter(quota_share=share, submitted_by=user,
                                      created_at__gt=now - WINDOW)
                   .order_by("-created_at").values_list("created_at", flat=True)
                   [:share.max_submissions_per_minute])
-    if len(recent) >= share.max_submissions_per_minute:
-        wait = max(1, math.ceil((recent[-1] + WINDOW - now).total_seconds()))
+    if count > share.max_submissions_per_minute:
+        raise TooManyRequests(
+            "TOO_MANY_SUBMISSIONS",
+            f"{count} jobs are more than quota share {share.name} takes from one user in a "
+            f"minute (max_submissions_per_minute {share.max_submissions_per_minute}); "
+            "submit them in smaller batches.", retry_after=60)
+    if len(recent) + count > share.max_submissions_per_minute:
+        # Until enough of the recent ones have left the window for all `count` to fit.
+        leaving = recent[share.max_submissions_per_minute - count]
+        wait = max(1, math.ceil((leaving + WINDOW - now).total_seconds()))
         raise TooManyRequests(
             "TOO_MANY_SUBMISSIONS",
             f"You submitted {len(recent)} jobs to quota share {share.name} in the last "

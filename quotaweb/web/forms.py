@@ -13,6 +13,7 @@ from django.contrib.auth import get_user_model
 
 from ..models import CapacityUnit, QuotaShare
 from ..models.shares import ShareState, Strategy
+from ..services.batch import MAX_BATCH
 from ..services.errors import ServiceError
 from ..services.submission import SUBMISSION_DEFAULTS
 
@@ -64,6 +65,10 @@ class SubmitForm(forms.Form):
     enable_inter_container_traffic_encryption = forms.BooleanField(required=False)
     environment = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}),
                                   help_text="NAME=value, one a line.")
+    count = forms.IntegerField(
+        required=False, initial=1, widget=NUMBER, label="Count",
+        help_text="Submit this many alike (a sweep, at most 1,000): {n} in the name is "
+                  "replaced by 1, 2, …; without it, -1, -2, … is added.")
     client_token = forms.CharField(widget=forms.HiddenInput, required=False)
 
     ADVANCED = ("retry_attempts", "preemption_retries_before_termination",
@@ -95,9 +100,31 @@ class SubmitForm(forms.Form):
             result[name.strip()] = value
         return result
 
+    def clean_count(self) -> int:
+        count = self.cleaned_data["count"]
+        if count is None:
+            return 1
+        if not 1 <= count <= MAX_BATCH:
+            raise forms.ValidationError(f"Count must be from 1 to {MAX_BATCH:,}.")
+        return int(count)
+
+    def submissions(self) -> list[dict[str, Any]]:
+        """The sweep: `count` submissions named from the name's pattern, each with its own
+        client_token derived from the form's, so a double submit makes no job twice."""
+        base = self.submission()
+        count = self.cleaned_data["count"]
+        if count == 1:
+            return [base]
+        pattern = base["name"] if "{n}" in base["name"] else base["name"] + "-{n}"
+        token = base["client_token"]
+        return [{**base, "name": pattern.replace("{n}", str(n)),
+                 "client_token": f"{token}-{n}" if token else None}
+                for n in range(1, count + 1)]
+
     def submission(self) -> dict[str, Any]:
         """The fields for services.jobs.submit_job."""
         data = dict(self.cleaned_data)
+        data.pop("count", None)
         data["security_group_ids"] = _words(data["security_group_ids"])
         data["subnets"] = _words(data["subnets"])
         data["command"] = data["command"] or None

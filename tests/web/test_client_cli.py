@@ -655,3 +655,40 @@ def test_cli_report_is_the_apis_usage_report(server: LiveServer) -> None:
     assert refused.returncode == 1 and "after its start" in refused.stderr
     too_long = cli(server, "report", "--since", "2000-01-01T00:00:00Z")
     assert too_long.returncode == 1 and "at most 366 days" in too_long.stderr
+
+
+# Many jobs at once ---------------------------------------------------------------------
+
+
+def test_submit_many_submits_every_job_or_none(server: LiveServer) -> None:
+    qs1 = server.client("alice").queue("QS1")
+    prefix = unique("sweep")
+    jobs = qs1.submit_many([{"name": f"{prefix}-{n}", "duration_seconds": 600, "priority": n}
+                            for n in range(3)])
+    assert [job.last["name"] for job in jobs if job.last] == [f"{prefix}-{n}" for n in range(3)]
+    ids = [job.id for job in jobs]
+    assert ids == sorted(ids)
+    bad = unique("bad")
+    with pytest.raises(QuotawebError) as refused:
+        qs1.submit_many([{"name": f"{bad}-0", "duration_seconds": 1},
+                         {"name": f"{bad}-1", "duration_seconds": 1, "priority": 10_000}])
+    assert refused.value.status == 422 and "jobs[1].priority" in refused.value.fields
+    assert not list(server.client("alice").list_jobs(name=f"{bad}*"))
+
+
+def test_cli_submits_the_jobs_of_a_json_lines_file(server: LiveServer, tmp_path: Path) -> None:
+    prefix = unique("lines")
+    path = tmp_path / "jobs.jsonl"
+    path.write_text("\n".join(json.dumps({"name": f"{prefix}-{n}", "priority": n})
+                              for n in range(3)) + "\n\n")
+    done = cli(server, "submit", "--share", "QS1", "--duration", "600", "--from", str(path))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("submitted 3 jobs to QS1: ids ")
+    found = server.client("alice").list_jobs(name=f"{prefix}*")
+    assert sorted((job["name"], job["priority"], job["duration_seconds"]) for job in found) == [
+        (f"{prefix}-{n}", n, 600) for n in range(3)]
+    path.write_text('{"name": "ok"}\nnot json\n')
+    broken = cli(server, "submit", "--share", "QS1", "--duration", "1", "--from", str(path))
+    assert broken.returncode == 2 and "line 2: not JSON" in broken.stderr
+    missing = cli(server, "submit", "--share", "QS1")
+    assert missing.returncode == 2 and "--name" in missing.stderr

@@ -11,6 +11,7 @@ from ninja.responses import Status
 from pydantic import Field, StringConstraints
 
 from ...models import Job, LogLine
+from ...services import batch as batch_services
 from ...services import jobs as job_services
 from ...services.errors import NotFound, ValidationFailed
 from ...services.permissions import can_see_job_secrets
@@ -20,7 +21,17 @@ from ..errors import READ_ERRORS, WRITE_ERRORS, ApiError, error_responses
 from ..job_representation import Reader, job_dicts, job_rows, new_job_dict, single_job_dict
 from ..pagination import decode_cursor, encode_cursor
 from ..schemas.common import MAX_ID, IsoTime, ShareName
-from ..schemas.jobs import JobIn, JobListOut, JobOut, JobPatch, JobStatus, LogsOut, TerminateIn
+from ..schemas.jobs import (
+    JobBatchIn,
+    JobBatchOut,
+    JobIn,
+    JobListOut,
+    JobOut,
+    JobPatch,
+    JobStatus,
+    LogsOut,
+    TerminateIn,
+)
 from .activity import as_utc
 
 router = Router(tags=["jobs"])
@@ -68,6 +79,24 @@ def submit_job(request: HttpRequest, payload: JobIn) -> Status:
     if created:
         return Status(201, new_job_dict(job))
     return Status(200, _job_out(request, job.pk))
+
+
+@router.post("/jobs/batch",
+             response={200: JobBatchOut, 201: JobBatchOut,
+                       **error_responses((*WRITE_ERRORS, 429))},
+             operation_id="submit_jobs", summary="Submit up to 1,000 jobs at once")
+def submit_jobs(request: HttpRequest, payload: JobBatchIn) -> Status:
+    """All or nothing: every item is checked (permission first, then values) before any is
+    submitted, and a refusal names each item at fault by its index (`jobs[3].priority`).
+    The jobs are submitted in the order given; an item whose client_token you used before
+    returns that job.  201 when any job was created, 200 when every item was a repeat; 409
+    and 429 as for one submission, with the whole batch counted against the share's queue
+    limits."""
+    items = [item.model_dump(exclude_unset=True) for item in payload.jobs]
+    results = batch_services.submit_jobs(current_user(request), items)
+    created = any(made for _, made in results)
+    jobs = [new_job_dict(job) if made else _job_out(request, job.pk) for job, made in results]
+    return Status(201 if created else 200, {"jobs": jobs})
 
 
 @router.get("/jobs", response={200: JobListOut, **error_responses(READ_ERRORS)},

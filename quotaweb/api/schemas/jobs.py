@@ -8,6 +8,7 @@ from typing import Literal
 from ninja import Schema
 from pydantic import Field
 
+from ...services.batch import MAX_BATCH
 from ...services.jobs import MAX_CLIENT_TOKEN
 from ...services.submission import MAX_PRIORITY, MAX_RETRY_ATTEMPTS
 from ...services.values import MAX_INT
@@ -168,6 +169,18 @@ class JobOut(Schema):
     submitted_by: str | None
     preempted_count: int
     failed_count: int
+
+
+class JobBatchIn(RequestBody):
+    """Up to 1,000 submissions at once, each as POST /jobs takes it: all are checked before
+    any is submitted, and either all are submitted or none (errors name the item,
+    `jobs[3].priority`)."""
+
+    jobs: list[JobIn] = Field(min_length=1, max_length=MAX_BATCH)
+
+
+class JobBatchOut(Schema):
+    jobs: list[JobOut] = Field(description="The jobs, in the order of the request.")
 
 
 class JobListOut(Schema):

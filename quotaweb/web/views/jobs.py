@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 from typing import Any
+from urllib.parse import urlencode
 
 from django import forms
 from django.conf import settings
@@ -13,12 +14,14 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from ...models import Job
 from ...models.warm_pools import PoolStatus
 from ...realtime.serializers import pending_reason
+from ...services import batch as batch_service
 from ...services import jobs as job_service
 from ...services.billing import segment_billable_seconds
 from ...services.errors import Forbidden, ServiceError
@@ -159,8 +162,11 @@ def submit(request: HttpRequest) -> HttpResponse:
     form = SubmitForm(request.POST or None, shares=shares,
                       initial={"quota_share": request.GET.get("quota_share", "")})
     if request.method == "POST" and shares and form.is_valid():
+        submissions = form.submissions()
         try:
-            job, created = job_service.submit_job(request.user, **form.submission())
+            if len(submissions) > 1:
+                return _submit_sweep(request, submissions)
+            job, created = job_service.submit_job(request.user, **submissions[0])
         except ServiceError as error:
             if error.code == "CLIENT_TOKEN_REUSED":
                 form = _with_new_token(request, shares)
@@ -172,6 +178,28 @@ def submit(request: HttpRequest) -> HttpResponse:
     status = 422 if request.method == "POST" else 200
     return render(request, "quotaweb/submit.html", {"form": form, "shares": shares},
                   status=status)
+
+
+def _submit_sweep(request: HttpRequest, submissions: list[dict[str, Any]]) -> HttpResponse:
+    """All the sweep's jobs or none (services.batch); then the share's jobs page, newest
+    first, where they all are."""
+    try:
+        results = batch_service.submit_jobs(request.user, submissions)
+    except ServiceError as error:
+        # The sweep's jobs differ only by name: say each field's problem once, on its field.
+        merged: dict[str, list[str]] = {}
+        for field, problems in error.fields.items():
+            name = field.split("].", 1)[1] if "]." in field else field
+            merged.setdefault(name, [])
+            merged[name] += [problem for problem in problems if problem not in merged[name]]
+        error.fields = merged
+        raise
+    share = results[0][0].quota_share.name
+    made = sum(1 for _, created in results if created)
+    already = len(results) - made
+    messages.success(request, f"{made} jobs submitted to {share}"
+                              + (f" ({already} had been already)." if already else "."))
+    return redirect(f"{reverse('web:jobs')}?{urlencode({'quota_share': share})}")
 
 
 def _with_new_token(request: HttpRequest, shares: list[Any]) -> SubmitForm:

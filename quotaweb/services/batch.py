@@ -1,0 +1,190 @@
+"""Submitting many jobs in one request (a hyper-parameter sweep): all of them or none.
+
+Every item is a submission as `submit_job` takes it and is checked the same way, in this
+order: permission for every item's share first, then every item's values, so that a
+refusal names every item at fault by its index (`jobs[3].priority`), never a half.  Then
+one transaction takes the event lock once, checks the shares' state and queue limits for
+the whole batch (a batch of n counts as n submissions), inserts the new jobs in the
+batch's order (their ids, and so their submission order, follow it) and writes their
+SUBMITTED events together.  Items whose client_token this user already used return that
+job (created False), as a repeated single submission does.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from ..models import Job, QuotaShare
+from ..models.jobs import Executor
+from ..models.shares import ShareState
+from ..scheduling import events
+from .errors import Conflict, Forbidden, ServiceError, ValidationFailed
+from .jobs import (
+    User,
+    _client_token,
+    _job_for_token,
+    _repeat,
+    _share_for,
+    _stored_user,
+    refuse_unisolated_commands,
+)
+from .limits import check_submission_limits
+from .permissions import can_write_share
+from .submission import request_fingerprint, validate_submission
+
+MAX_BATCH = 1000
+
+
+@dataclass
+class Item:
+    """One submission of the batch, once checked."""
+
+    index: int
+    share: QuotaShare
+    cleaned: dict[str, Any]
+    fingerprint: str
+    token: str | None
+    existing: Job | None = None
+
+
+def submit_jobs(user: User | None, items: Sequence[object]) -> list[tuple[Job, bool]]:
+    """Submit every item or none; returns (job, created) per item, in the batch's order."""
+    if not 1 <= len(items) <= MAX_BATCH:
+        raise ValidationFailed({"jobs": [f"Give 1 to {MAX_BATCH:,} jobs, not {len(items):,}."]})
+    shares = _shares(items)
+    _check_permission(user, items, shares)
+    checked = _check_values(user, items, shares)
+    for item in checked:
+        if item.token is not None:
+            item.existing = _job_for_token(user, item.token)
+            if item.existing is not None:
+                _repeat(item.existing, item.fingerprint)
+    try:
+        return _write(user, checked)
+    except IntegrityError:
+        # A concurrent request used one of the client_tokens first: answer as if this
+        # request came second, which its repeat now finds.
+        return _write(user, _reload_tokens(user, checked))
+
+
+def _shares(items: Sequence[object]) -> dict[int, QuotaShare | ServiceError]:
+    shares: dict[int, QuotaShare | ServiceError] = {}
+    by_name: dict[object, QuotaShare | ServiceError] = {}
+    for index, fields in enumerate(items):
+        name = fields.get("quota_share") if isinstance(fields, Mapping) else None
+        key = name if isinstance(name, str) else repr(name)
+        if key not in by_name:
+            try:
+                by_name[key] = _share_for(name)
+            except ServiceError as error:
+                by_name[key] = error
+        shares[index] = by_name[key]
+    return shares
+
+
+def _check_permission(user: User | None, items: Sequence[object],
+                      shares: Mapping[int, QuotaShare | ServiceError]) -> None:
+    """Permission first: any item for a share the user may not submit to refuses all."""
+    if user is None:
+        return
+    refused = sorted({share.name for share in shares.values()
+                      if isinstance(share, QuotaShare) and not can_write_share(user, share)})
+    if refused:
+        raise Forbidden(f"Only members of quota share {', '.join(refused)} and administrators "
+                        "may submit jobs to it.")
+
+
+def _check_values(user: User | None, items: Sequence[object],
+                  shares: Mapping[int, QuotaShare | ServiceError]) -> list[Item]:
+    problems: dict[str, list[str]] = {}
+    checked: list[Item] = []
+    for index, fields in enumerate(items):
+        share = shares[index]
+        try:
+            if not isinstance(fields, Mapping):
+                raise ValidationFailed({"": ["Each job must be an object of fields."]})
+            if isinstance(share, ServiceError):
+                raise share
+            token = _client_token(user, fields.get("client_token"))
+            cleaned = validate_submission(fields, share)
+        except ServiceError as error:
+            for field, messages in (error.fields or {"": [error.message]}).items():
+                problems[f"jobs[{index}].{field}" if field else f"jobs[{index}]"] = messages
+            continue
+        checked.append(Item(index, share, cleaned, request_fingerprint(fields), token))
+    _repeated_tokens(checked, problems)
+    if problems:
+        raise ValidationFailed(problems, f"{_count_items(problems)} of {len(items):,} jobs "
+                                         "cannot be submitted; nothing was submitted.")
+    if any(item.cleaned.get("command") for item in checked):
+        refuse_unisolated_commands()
+    return checked
+
+
+def _repeated_tokens(checked: list[Item], problems: dict[str, list[str]]) -> None:
+    counts = Counter(item.token for item in checked if item.token is not None)
+    for item in checked:
+        if item.token is not None and counts[item.token] > 1:
+            problems[f"jobs[{item.index}].client_token"] = [
+                f"client_token {item.token} is used by more than one job of this batch."]
+
+
+def _count_items(problems: Mapping[str, object]) -> int:
+    return len({key.split("]", 1)[0] for key in problems})
+
+
+def _write(user: User | None, checked: list[Item]) -> list[tuple[Job, bool]]:
+    new = [item for item in checked if item.existing is None]
+    with transaction.atomic():
+        if new:
+            events.lock_events()
+            _check_shares(user, new)
+            jobs = Job.objects.bulk_create([
+                Job(**item.cleaned, quota_share=item.share, submitted_by=_stored_user(user),
+                    request_fingerprint=item.fingerprint,
+                    executor=Executor.LOCAL if item.cleaned["command"] else Executor.SIMULATED)
+                for item in new
+            ])
+            events.record_all([events.event("SUBMITTED", job=job, time=job.created_at)
+                               for job in jobs])
+            for item, job in zip(new, jobs, strict=True):
+                item.existing = job
+    created = {id(item) for item in new}
+    return [(_job(item), id(item) in created) for item in checked]
+
+
+def _check_shares(user: User | None, new: list[Item]) -> None:
+    """Under the event lock: every share still ENABLED, and within its queue limits with
+    the whole batch counted."""
+    per_share = Counter(item.share.pk for item in new)
+    states = dict(QuotaShare.objects.filter(pk__in=per_share).values_list("pk", "state"))
+    for item in new:
+        if states.get(item.share.pk) == ShareState.DISABLED:
+            raise Conflict("SHARE_DISABLED", f"Quota share {item.share.name} is DISABLED and "
+                                             "accepts no new jobs; nothing was submitted.")
+    if user is None:
+        return
+    now = timezone.now()
+    for share in {item.share.pk: item.share for item in new}.values():
+        check_submission_limits(user, share, now, count=per_share[share.pk])
+
+
+def _reload_tokens(user: User | None, checked: list[Item]) -> list[Item]:
+    for item in checked:
+        if item.token is not None and item.existing is None:
+            item.existing = _job_for_token(user, item.token)
+            if item.existing is not None:
+                _repeat(item.existing, item.fingerprint)
+    return checked
+
+
+def _job(item: Item) -> Job:
+    if item.existing is None:
+        raise AssertionError(f"item {item.index} was neither found nor written")
+    return item.existing
