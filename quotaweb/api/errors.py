@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from ninja import NinjaAPI
 
 MAX_BODY_BYTES = 1024 * 1024
+MAX_FIELDS_SHOWN = 20
 
 
 class ApiError(Exception):
@@ -162,7 +163,10 @@ def install_handlers(api: NinjaAPI) -> None:
     @api.exception_handler(ValidationError)
     def invalid(request: HttpRequest, exc: ValidationError) -> HttpResponse:
         fields = validation_fields(exc.errors)
-        return respond(422, error_body("VALIDATION_ERROR", summarise(fields), fields))
+        # A list of 10,000 bad items would make 10,000 entries: the first ones say enough,
+        # and the message counts them all.
+        shown = dict(list(fields.items())[:MAX_FIELDS_SHOWN])
+        return respond(422, error_body("VALIDATION_ERROR", summarise(fields), shown))
 
     @api.exception_handler(AuthenticationError)
     def unauthenticated(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:

@@ -260,7 +260,10 @@ def _members(problems: Problems, members: object) -> list[AbstractBaseUser] | No
     found = {user.get_username(): user for user in users.objects.filter(username__in=names)}
     missing = sorted(set(names) - set(found))
     if missing:
-        problems.add("members", f"Unknown user{'s' * (len(missing) > 1)}: {', '.join(missing)}.")
+        # At most a few, each cut short: an error never echoes a huge request back.
+        named = ", ".join(values.shown(name) for name in missing[:5])
+        more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+        problems.add("members", f"Unknown user{'s' * (len(missing) > 1)}: {named}{more}.")
         return None
     return [*objects, *found.values()]
 

@@ -17,7 +17,7 @@ from .test_api_helpers import UNIT, Api, World, assert_error, available_pool, jo
 pytestmark = pytest.mark.django_db
 
 # The helpers' fixtures, made available to this module's tests.
-api, world = helpers.api, helpers.world
+api, session_for, world = helpers.api, helpers.session_for, helpers.world
 
 ApiFor = Callable[[str], Api]
 MIB = 1024 * 1024
@@ -40,13 +40,22 @@ def target(world: World) -> int:
     return job("QS1", status="RUNNABLE").id
 
 
+@pytest.fixture
+def admin_for(api: ApiFor, session_for: ApiFor) -> ApiFor:
+    """admin_for(url) -> the administrator's client for a write to `url`: the bearer
+    token, or the session (with CSRF) for creating tokens, which a bearer token may not."""
+    session = session_for("admin")
+    session.headers = helpers.with_csrf(session)
+    return lambda url: session if url.endswith("/api/v1/tokens") else api("admin")
+
+
 @pytest.mark.parametrize(("method", "url"), BODY_WRITES)
 @pytest.mark.parametrize("raw", ['{"name": ', "{'single': 'quotes'}", "not json at all",
                                  b"\xff\xfe\x00"])
-def test_malformed_json_is_400(api: ApiFor, target: int, method: str, url: str,
+def test_malformed_json_is_400(admin_for: ApiFor, target: int, method: str, url: str,
                                raw: str | bytes) -> None:
     before = state()
-    status, body = api("admin").call(method, url.format(job=target), raw=raw)
+    status, body = admin_for(url).call(method, url.format(job=target), raw=raw)
     assert_error(status, body, 400, "MALFORMED_JSON")
     assert state() == before
 
@@ -69,10 +78,10 @@ def test_a_body_of_exactly_1_mib_is_read(api: ApiFor) -> None:
 
 @pytest.mark.parametrize(("method", "url"), BODY_WRITES)
 @pytest.mark.parametrize("raw", ["[1, 2]", '"a string"', "42", "null"])
-def test_a_body_that_is_not_an_object_is_refused(api: ApiFor, target: int, method: str,
+def test_a_body_that_is_not_an_object_is_refused(admin_for: ApiFor, target: int, method: str,
                                                  url: str, raw: str) -> None:
     before = state()
-    status, body = api("admin").call(method, url.format(job=target), raw=raw)
+    status, body = admin_for(url).call(method, url.format(job=target), raw=raw)
     if (method, url, raw) in {("post", "/api/v1/jobs/{job}/terminate", "null")}:
         assert status == 200  # terminate's body is optional: null means none
         return
@@ -266,13 +275,13 @@ def _filled(template: Any, bad: str) -> Any:
 @pytest.mark.parametrize("bad", BAD_TEXT, ids=["surrogate", "nul"])
 @pytest.mark.parametrize(("method", "url", "body", "field"), TEXT_FIELDS)
 def test_a_lone_surrogate_or_nul_in_any_text_field_is_422_naming_it(
-        api: ApiFor, target: int, bad: str, method: str, url: str, body: dict[str, Any],
+        admin_for: ApiFor, target: int, bad: str, method: str, url: str, body: dict[str, Any],
         field: str) -> None:
     payload = _filled(body, bad)
     if url == "/api/v1/jobs":
         payload = helpers.submission(**payload)
     before = state()
-    status, answer = api("admin").call(method, url.format(job=target), payload)
+    status, answer = admin_for(url).call(method, url.format(job=target), payload)
     assert_error(status, answer, 422, field=field)
     assert state() == before
 
@@ -362,3 +371,20 @@ def test_an_error_never_echoes_a_huge_value_in_full(api: ApiFor, target: int, me
         status, answer = api("admin").call(method, url.format(job=target), body)
     assert 400 <= status < 500, answer
     assert len(json.dumps(answer)) < 2_000, json.dumps(answer)[:300]
+
+
+def test_many_unknown_members_are_named_a_few_at_a_time(api: ApiFor) -> None:
+    status, body = api("admin").post("/api/v1/quota-shares", share(
+        members=[f"nobody-{number:04}-" + "x" * 130 for number in range(5000)]))
+    assert_error(status, body, 422, field="members")
+    assert "and 4995 more" in body["error"]["fields"]["members"][0]
+    assert len(json.dumps(body)) < 2_000
+
+
+def test_thousands_of_bad_items_are_reported_a_few_at_a_time(api: ApiFor) -> None:
+    status, body = api("admin").post("/api/v1/quota-shares", share(
+        members=["x" * 151] * 5000))
+    assert_error(status, body, 422)
+    assert len(body["error"]["fields"]) == 20
+    assert "(and 4999 more problems)" in body["error"]["message"]
+    assert len(json.dumps(body)) < 5_000
