@@ -5,6 +5,7 @@ Run by hand, never by tests:
 
     python bench/api.py                       # 1, 8 and 32 clients, 500 requests per level
     python bench/api.py --clients 8 --requests 1000 --seconds 30
+    python bench/api.py --clients 8 --batches 10   # and ten 1,000-job POST /jobs/batch
 
 It creates the PostgreSQL database quotaweb_bench_api (DATABASE_URL may name another whose
 name contains "bench"), migrates it, sets up one capacity unit, one LEND_AND_BORROW share
@@ -12,8 +13,9 @@ and a member with an API token, then starts `manage.py serve` on 127.0.0.1 (embe
 channel layer, the cycle in the server process, simulated executor).  Each level runs
 `--requests` POST /api/v1/jobs spread over N threads, each with its own keep-alive
 connection (http.client), stopping early at `--seconds`; then as many GET /api/v1/capacity
-with the same token and threads.  Ratio = submissions/s ÷ capacity reads/s.  The server is
-stopped and the database dropped at the end.
+with the same token and threads.  Ratio = submissions/s ÷ capacity reads/s.  Then
+`--batches` POST /api/v1/jobs/batch of `--batch-size` jobs from one client: jobs per second
+end to end.  The server is stopped and the database dropped at the end.
 
 The helpers here (`BenchServer`, `bench_database`, `setup_fleet`) also serve
 bench/websocket.py, bench/soak.py and bench/memory.py.
@@ -51,6 +53,7 @@ PASSWORD = "bench-password-1"
 LEVELS = (1, 8, 32)
 TARGET_SUBMISSIONS = 300.0  # per second, 8 clients
 TARGET_RATIO = 0.5
+TARGET_BATCH_JOBS = 5000.0  # per second, 1,000-job batches
 
 
 # The database and the fleet ---------------------------------------------------------------
@@ -330,6 +333,29 @@ def measure(port: int, token: str, levels: list[int], requests: int,
     return rows
 
 
+def measure_batches(port: int, token: str, batches: int, size: int,
+                    seconds: float) -> Level:
+    """`batches` POST /api/v1/jobs/batch of `size` jobs each, one client; Level.done
+    counts jobs, so per_second is jobs per second end to end."""
+    bodies = [{"jobs": [job_body(f"b{b}-{n}") for n in range(size)]} for b in range(batches)]
+    batch = drive(port, token, 1, batches, seconds,
+                  lambda i: ("POST", "/api/v1/jobs/batch", bodies[i]), 201)
+    return Level(batch.clients, batch.done * size, batch.errors, batch.seconds,
+                 batch.statuses)
+
+
+def print_batches(level: Level, size: int) -> None:
+    met = level.per_second >= TARGET_BATCH_JOBS
+    print("\n| batches of | jobs | seconds | jobs/s | errors | target |")
+    print("| ---: | ---: | ---: | ---: | ---: | --- |")
+    print(f"| {size:,} | {level.done:,} | {level.seconds:.2f} | {level.per_second:,.0f} "
+          f"| {level.errors} | ≥ {TARGET_BATCH_JOBS:,.0f} jobs/s: "
+          f"{'met' if met else 'MISSED'} |")
+    if level.statuses:
+        shown = ", ".join(f"{count} × {status}" for status, count in level.statuses)
+        print(f"- batches: unexpected answers {shown}")
+
+
 def print_table(rows: list[tuple[Level, Level]]) -> None:
     print("| clients | submissions | submissions/s | capacity reads | reads/s | ratio "
           "| errors | target |")
@@ -357,6 +383,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=500, help="per level and endpoint")
     parser.add_argument("--seconds", type=float, default=60.0,
                         help="time cap per level and endpoint")
+    parser.add_argument("--batches", type=int, default=5,
+                        help="POST /jobs/batch requests of --batch-size jobs [5; 0: none]")
+    parser.add_argument("--batch-size", type=int, default=1000)
     args = parser.parse_args(argv)
     load_before = load_average()
     database = bench_database(DEFAULT_DATABASE_URL)
@@ -365,6 +394,9 @@ def main(argv: list[str] | None = None) -> int:
         with running(BenchServer()) as server:
             rows = measure(server.port, fleet.token, args.clients, args.requests,
                            args.seconds)
+            batches = (measure_batches(server.port, fleet.token, args.batches,
+                                       args.batch_size, args.seconds)
+                       if args.batches else None)
             problems = server.problems()
     finally:
         drop_database()
@@ -372,6 +404,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{database}, in-process cycle; {args.requests} requests per level, "
           f"cap {args.seconds:g} s; load average before: {load_before})\n")
     print_table(rows)
+    if batches is not None:
+        print_batches(batches, args.batch_size)
     for line in problems:
         print(f"- server log: {line}")
     return 0
