@@ -133,10 +133,21 @@ def timeline_figure(
         tops.append(max([int(row.get("limit") or 0), 1]
                         + [int(p["limit"]) for p in points]
                         + [sum(int(p[f]) for f in STACKED_FIELDS) for p in points]))
+    _legend_on_drawn_rows(data)
     layout = _timeline_layout(tops, annotations, start, moment, window_seconds)
     layout["meta"]["earliest"] = iso(earliest) if earliest else None
     layout["meta"]["follow_now"] = follow_now
     return {"data": data, "layout": layout, "config": CONFIG}
+
+
+def _legend_on_drawn_rows(data: list[Trace]) -> None:
+    """Plotly leaves an empty trace out of the legend: each mark's legend entry goes on
+    the first row that draws it (the first row when none does)."""
+    for group in (*MARKER_STYLE, "stopping"):
+        traces = [t for t in data if t.get("legendgroup") == group]
+        drawn = next((t for t in traces if t["x"]), traces[0] if traces else None)
+        for trace in traces:
+            trace["showlegend"] = trace is drawn
 
 
 def _earliest(times: Iterable[Moment]) -> Any:
@@ -306,8 +317,8 @@ def _timeline_layout(
     """`tops`: the highest value each row reaches (its limit or its stacked usage)."""
     count = max(1, len(tops))
     layout: dict[str, Any] = {
-        "height": 130 + 170 * count,
-        "margin": {"l": 44, "r": 12, "t": 28, "b": 84},
+        "height": 150 + 170 * count,
+        "margin": {"l": 44, "r": 12, "t": 28, "b": 104},
         "hovermode": "closest",
         "showlegend": bool(tops),
         # Below the time axis, so that it never covers a row's title on a narrow screen.

@@ -236,6 +236,17 @@ def test_a_reclaim_returned_marker_sits_on_the_lenders_row() -> None:
     assert traces_of(figure, f"QS1|{UNIT}")["RECLAIM_RETURNED"]["x"] == []
 
 
+def test_a_marks_legend_entry_is_on_the_first_row_that_draws_it() -> None:
+    markers = [{"time": at(4), "quota_share": "QS2", "capacity_unit": UNIT,
+                "kind": "RECLAIM_RETURNED", "job_name": "a", "preempted_by_name": "b"}]
+    figure = build([row("QS1"), row("QS2")], [], markers)
+    shown = [(t["meta"]["series"], t["name"]) for t in figure["data"]
+             if t["showlegend"] and t["meta"].get("markers")]
+    assert shown == [(f"QS1|{UNIT}", "reclaim (cross-share)"),
+                     (f"QS1|{UNIT}", "in-share preemption"),
+                     (f"QS2|{UNIT}", "reclaim (capacity came back)")]
+
+
 def test_a_timeline_without_shares_is_still_a_valid_figure() -> None:
     figure = build([], [])
     assert figure["data"] == []
