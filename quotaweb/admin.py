@@ -420,7 +420,8 @@ class ApiTokenAdmin(admin.ModelAdmin):
     SHA-256 is stored."""
 
     form = ApiTokenAdminForm
-    list_display = ("prefix", "user", "name", "created_at", "last_used_at", "revoked_at")
+    list_display = ("prefix", "user", "name", "created_at", "last_used_at", "expires_at",
+                    "revoked_at")
     list_filter = ("revoked_at",)
     search_fields = ("user__username", "name", "prefix")
     list_select_related = ("user",)
@@ -429,18 +430,19 @@ class ApiTokenAdmin(admin.ModelAdmin):
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Sequence[str]:
         if obj is None:
             return ()
-        return ("user", "prefix", "created_at", "last_used_at", "revoked_at")
+        return ("user", "prefix", "created_at", "last_used_at", "expires_at", "revoked_at")
 
     def get_fields(self, request: HttpRequest, obj: Any = None) -> Sequence[Any]:
         if obj is None:
-            return ("user", "name")
-        return ("user", "name", "prefix", "created_at", "last_used_at", "revoked_at")
+            return ("user", "name", "expires_at")
+        return ("user", "name", "prefix", "created_at", "last_used_at", "expires_at",
+                "revoked_at")
 
     def save_model(self, request: HttpRequest, obj: ApiToken, form: Any, change: bool) -> None:
         if change:
             obj.save(update_fields=["name"])
             return
-        token, raw = ApiToken.issue(obj.user, obj.name)
+        token, raw = ApiToken.issue(obj.user, obj.name, expires_at=obj.expires_at)
         obj.pk, obj.prefix, obj.digest = token.pk, token.prefix, token.digest
         self.message_user(request, f"The token for {obj.user} is {raw} — copy it now: it is "
                                    "not shown again.", messages.WARNING)

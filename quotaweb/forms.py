@@ -160,4 +160,4 @@ class ApiTokenAdminForm(forms.ModelForm):
 
     class Meta:
         model = ApiToken
-        fields = ["user", "name"]
+        fields = ["user", "name", "expires_at"]

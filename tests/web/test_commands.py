@@ -40,6 +40,22 @@ def test_create_token_prints_only_a_token_that_authenticates() -> None:
 
 
 @pytest.mark.django_db
+def test_create_token_may_set_an_expiry() -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    User.objects.create_user("alice", password="x" * 12)
+    out = StringIO()
+    call_command("create_token", "alice", "--expires-in-days", "30", stdout=out)
+    token = ApiToken.objects.get(digest=ApiToken.hash(out.getvalue().strip()))
+    left = token.expires_at - timezone.now()
+    assert timedelta(days=29, hours=23) < left <= timedelta(days=30)
+    with pytest.raises(CommandError, match="at least 1"):
+        call_command("create_token", "alice", "--expires-in-days", "0", stdout=StringIO())
+
+
+@pytest.mark.django_db
 def test_create_token_fails_for_an_unknown_user() -> None:
     with pytest.raises(CommandError, match="No user named 'nobody'"):
         call_command("create_token", "nobody", stdout=StringIO())
