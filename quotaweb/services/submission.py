@@ -77,7 +77,8 @@ def validate_submission(fields: Mapping[str, Any], share: QuotaShare) -> dict[st
 
 
 def _instance_type(problems: Problems, value: object, share: QuotaShare) -> str | None:
-    units = sorted(share.capacity_limits.values_list("capacity_unit", flat=True))
+    # .all(): served from the prefetch cache when the caller loaded the limits (a batch).
+    units = sorted(limit.capacity_unit for limit in share.capacity_limits.all())
     if not isinstance(value, str) or value not in units:
         got = values.shown(value) if isinstance(value, str) else type(value).__name__
         problems.add("instance_type", f"Quota share {share.name} has no capacity limit for "
