@@ -9,6 +9,7 @@ from __future__ import annotations
 # imports twisted.internet.reactor.
 from daphne.server import Server, twisted_loop  # isort:skip
 
+import argparse
 import threading
 from typing import Any
 
@@ -17,6 +18,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils.module_loading import import_string
 
+from quotaweb.management import workers
 from quotaweb.runtime import Scheduler, broadcast_on_loop
 
 
@@ -49,9 +51,21 @@ class Command(BaseCommand):
         parser.add_argument("--port", type=int, default=8000, help="Port to bind [8000].")
         parser.add_argument("--demo", action="store_true",
                             help="Also replay the walkthrough's jobs, forever (after `demo`).")
+        parser.add_argument("--workers", type=int, default=1,
+                            help="Server processes sharing the port [1]; more than one needs "
+                                 "REDIS_URL (the websockets' channel layer).")
+        # Internal: a worker of `--workers` serves the listening socket it inherited.
+        parser.add_argument("--fd", type=int, help=argparse.SUPPRESS)
 
     def handle(self, *args: Any, **options: Any) -> None:
         host, port = options["host"], options["port"]
+        if options["workers"] > 1:
+            self._check_workers(options)
+            self.check_migrations()
+            code = workers.serve(host, port, options["workers"], self._say)
+            if code:
+                raise CommandError(f"A server process ended with status {code}; all stopped.")
+            return
         self.check_migrations()
         scheduler = None
         if settings.QUOTAWEB["IN_PROCESS_SCHEDULER"]:
@@ -68,9 +82,13 @@ class Command(BaseCommand):
                 if worker is not None:
                     worker.start()
 
+        if options["fd"] is not None:
+            endpoints = build_endpoint_description_strings(file_descriptor=options["fd"])
+        else:
+            endpoints = build_endpoint_description_strings(host=host, port=port)
         server = _Server(
             application=import_string(settings.ASGI_APPLICATION),
-            endpoints=build_endpoint_description_strings(host=host, port=port),
+            endpoints=endpoints,
             signal_handlers=True,
             on_listening=listening,
         )
@@ -85,6 +103,14 @@ class Command(BaseCommand):
         if not server.listening_addresses:
             raise CommandError(f"Could not listen on {host}:{port} (is the port in use?).")
         self.stdout.write("Quotaweb stopped.")
+
+    def _check_workers(self, options: dict[str, Any]) -> None:
+        if not settings.REDIS_URL:
+            raise CommandError(
+                "--workers needs REDIS_URL: the embedded mode's in-memory channel layer "
+                "cannot reach the websockets of other processes (and SQLite wants one writer).")
+        if options["demo"]:
+            raise CommandError("--demo runs in the embedded mode, with one process.")
 
     def _announce(self, url: str, cycle_here: bool, sign_in: str) -> None:
         cycle = "in this process" if cycle_here else "elsewhere (Celery beat or run_scheduler)"
