@@ -69,8 +69,8 @@ def listed_figures(
 def largest_idle_fit(state: CycleState) -> int:
     """The largest n of a waiting job that would fit as things stand after the cycle,
     without preempting or evicting (0 if none): the measure behind
-    idle_while_eligible_instance_seconds.  Jobs preempted in the cycle, still in their
-    grace period or misconfigured are not counted (`state.blocked`, `state.done`)."""
+    idle_while_eligible_instance_seconds.  Jobs preempted or withdrawn in the cycle, still
+    in their grace period or misconfigured are not counted (`state.blocked`, `state.done`)."""
     largest = 0
     tried: set[tuple[str, str, int, str | None]] = set()
     for share, queue in state.queues.items():
