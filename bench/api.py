@@ -47,6 +47,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(REPO))
 
 DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/quotaweb_bench_api"
+BENCH_REDIS_URL = "redis://127.0.0.1:6379/11"  # serve --workers only
 UNIT = "ml.bench"
 SHARE = "bench"
 PASSWORD = "bench-password-1"
@@ -159,6 +160,7 @@ class BenchServer:
     process's DATABASE_URL; its output goes to a temporary log."""
 
     port: int = field(default_factory=free_port)
+    workers: int = 1  # more than one: the distributed mode (Redis db 11), serve --workers
     popen: subprocess.Popen[bytes] | None = None
     data_dir: tempfile.TemporaryDirectory[str] = field(
         default_factory=lambda: tempfile.TemporaryDirectory(prefix="quotaweb-bench-"))
@@ -174,17 +176,20 @@ class BenchServer:
     def start(self, timeout: float = 30.0) -> None:
         env = {**os.environ, "QUOTAWEB_DATA_DIR": self.data_dir.name,
                "QUOTAWEB_LOCAL_EXECUTOR": "false"}
+        if self.workers > 1:
+            env.update(REDIS_URL=BENCH_REDIS_URL, SECRET_KEY="bench-" + "x" * 50,
+                       ALLOWED_HOSTS="127.0.0.1,localhost", QUOTAWEB_IN_PROCESS_SCHEDULER="1")
         with self.log_path.open("wb") as log:
             self.popen = subprocess.Popen(
                 [sys.executable, str(REPO / "manage.py"), "serve", "--host", "127.0.0.1",
-                 "--port", str(self.port)],
+                 "--port", str(self.port), "--workers", str(self.workers)],
                 cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=log,
                 stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.popen.poll() is not None:
                 raise SystemExit(f"the server exited:\n{self.tail()}")
-            if b"is running at" in self.log_path.read_bytes():
+            if self.log_path.read_bytes().count(b"is running at") >= self.workers:
                 return
             time.sleep(0.2)
         self.stop()
@@ -386,12 +391,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batches", type=int, default=5,
                         help="POST /jobs/batch requests of --batch-size jobs [5; 0: none]")
     parser.add_argument("--batch-size", type=int, default=1000)
+    parser.add_argument("--workers", type=int, default=1,
+                        help="serve --workers N (N > 1: distributed mode, Redis db 11)")
     args = parser.parse_args(argv)
     load_before = load_average()
     database = bench_database(DEFAULT_DATABASE_URL)
     try:
         fleet = setup_fleet()
-        with running(BenchServer()) as server:
+        with running(BenchServer(workers=args.workers)) as server:
             rows = measure(server.port, fleet.token, args.clients, args.requests,
                            args.seconds)
             batches = (measure_batches(server.port, fleet.token, args.batches,
@@ -400,8 +407,8 @@ def main(argv: list[str] | None = None) -> int:
             problems = server.problems()
     finally:
         drop_database()
-    print(f"# API throughput (Python {sys.version.split()[0]}, Daphne, PostgreSQL "
-          f"{database}, in-process cycle; {args.requests} requests per level, "
+    print(f"# API throughput (Python {sys.version.split()[0]}, Daphne × {args.workers}, "
+          f"PostgreSQL {database}, in-process cycle; {args.requests} requests per level, "
           f"cap {args.seconds:g} s; load average before: {load_before})\n")
     print_table(rows)
     if batches is not None:
