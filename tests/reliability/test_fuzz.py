@@ -177,6 +177,7 @@ BASE_BODIES: dict[tuple[str, str], dict[str, Any]] = {
     ("post", "/api/v1/jobs"): {**helpers.submission(), "role": "r", "client_token": "t",
                                "volume_kms_key_id": "k", "security_group_ids": ["sg"],
                                "subnets": ["s"], "environment": {"A": "1"}},
+    ("post", "/api/v1/jobs/batch"): {"jobs": [helpers.submission(name="in-a-batch")]},
     ("patch", "/api/v1/jobs/{job_id}"): {"priority": 1},
     ("post", "/api/v1/jobs/{job_id}/terminate"): {"reason": "stop"},
     ("put", "/api/v1/capacity"): {"capacity_limits": [
