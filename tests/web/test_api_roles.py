@@ -47,6 +47,8 @@ WRITES = {
     "delete share": Write("delete", "/api/v1/quota-shares/QS3", None, (204, *ADMIN_ONLY)),
     "submit job": Write("post", "/api/v1/jobs", helpers.submission(),
                         (201, 201, *SHARE_WRITE)),
+    "submit jobs": Write("post", "/api/v1/jobs/batch", {"jobs": [helpers.submission()]},
+                         (201, 201, *SHARE_WRITE)),
     "change priority": Write("patch", "/api/v1/jobs/{queued}", {"priority": 9},
                              (200, 200, *SHARE_WRITE)),
     "change keep-alive": Write("patch", "/api/v1/jobs/{finished}", {"keep_alive_seconds": 60},
