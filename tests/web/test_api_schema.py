@@ -74,6 +74,7 @@ OPERATIONS = {
     ("get", "/api/v1/quota-shares/{name}"), ("patch", "/api/v1/quota-shares/{name}"),
     ("delete", "/api/v1/quota-shares/{name}"),
     ("get", "/api/v1/jobs"), ("post", "/api/v1/jobs"), ("get", "/api/v1/jobs/{job_id}"),
+    ("post", "/api/v1/jobs/batch"),
     ("patch", "/api/v1/jobs/{job_id}"), ("post", "/api/v1/jobs/{job_id}/terminate"),
     ("get", "/api/v1/jobs/{job_id}/logs"), ("get", "/api/v1/warm-pools"),
     ("get", "/api/v1/usage"), ("get", "/api/v1/events"),
