@@ -221,7 +221,7 @@ class QuotaShareAdmin(ServiceAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         if obj is not None and obj.state != ShareState.DISABLED:
-            return False  # SPEC.md 2: only a DISABLED share can be deleted
+            return False  # docs/semantics.md 2: only a DISABLED share can be deleted
         return super().has_delete_permission(request, obj)
 
     def get_deleted_objects(self, objs: Any, request: HttpRequest) -> Any:
@@ -416,7 +416,7 @@ class CapacityLimitAdmin(ReadOnlyAdmin):
 
 @admin.register(ApiToken)
 class ApiTokenAdmin(admin.ModelAdmin):
-    """Tokens for scripts (API.md): created here, the secret shown once; only its
+    """Tokens for scripts (docs/api.md): created here, the secret shown once; only its
     SHA-256 is stored."""
 
     form = ApiTokenAdminForm

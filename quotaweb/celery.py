@@ -16,7 +16,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "quotaweb.settings")
 
 TICK_SECONDS = 1.0
 # A tick still queued after this long is dropped: the next one is due already, and a late
-# cycle would only run on an older view of the clock (STYLE.md, The tick).
+# cycle would only run on an older view of the clock (docs/architecture.md, The tick).
 TICK_EXPIRES_SECONDS = 0.9
 
 app = Celery("quotaweb")

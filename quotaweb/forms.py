@@ -66,7 +66,7 @@ class QuotaShareAdminForm(forms.ModelForm):
 
     def share_changes(self) -> dict[str, Any]:
         """What this form sets: every field when adding, the changed ones otherwise (so
-        that switching the strategy alone clears borrow_limit, as SPEC.md 2 says)."""
+        that switching the strategy alone clears borrow_limit, as docs/semantics.md 2 says)."""
         adding = self.instance.pk is None
         names = [name for name in SHARE_FORM_FIELDS if name in self.fields
                  and name in self.cleaned_data and (adding or self._changed(name))]

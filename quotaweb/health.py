@@ -1,4 +1,4 @@
-"""GET /healthz (API.md, Health): is the database reachable and is the cycle ticking?"""
+"""GET /healthz (docs/api.md, Health): is the database reachable and is the cycle ticking?"""
 
 from __future__ import annotations
 

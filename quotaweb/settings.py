@@ -1,4 +1,4 @@
-"""Quotaweb's one settings module, read from the environment (STYLE.md, Settings).
+"""Quotaweb's one settings module, read from the environment (docs/architecture.md, Settings).
 
 With no environment at all it runs embedded: SQLite in WAL mode, the in-memory channel
 layer, the scheduling cycle and the executors inside the server process, bound to

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Reproduce the walkthrough of the quota-management document (SPEC.md 7) against a
+"""Reproduce the walkthrough of the quota-management document (docs/semantics.md 7) against a
 running Quotaweb, with nothing but the Python client (quotaweb.client).
 
     QUOTAWEB_URL=http://127.0.0.1:8000 QUOTAWEB_TOKEN=<an administrator's token> \\
@@ -232,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
         run.step_2()
         run.step_3()
         say("walkthrough reproduced: borrow, reclaim (CROSS_SHARE) and in-share "
-            "preemption (IN_SHARE) as SPEC.md 7 says")
+            "preemption (IN_SHARE) as docs/semantics.md 7 says")
         return 0
     except StepFailed as failure:
         print(f"walkthrough failed: {failure}", file=sys.stderr)

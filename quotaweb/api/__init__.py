@@ -1,1 +1,1 @@
-"""The HTTP API (API.md): django-ninja routers over quotaweb.services."""
+"""The HTTP API (docs/api.md): django-ninja routers over quotaweb.services."""

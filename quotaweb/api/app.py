@@ -1,4 +1,4 @@
-"""The HTTP API of API.md under /api/v1/, built with django-ninja: its schema is served
+"""The HTTP API of docs/api.md under /api/v1/, built with django-ninja: its schema is served
 at /api/v1/openapi.json and browsable at /api/v1/docs."""
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def build_api() -> NinjaAPI:
 
 
 def json_not_allowed(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-    """ninja answers a method a path lacks with a plain-text 405; say it in API.md's error
+    """ninja answers a method a path lacks with a plain-text 405; say it in docs/api.md's error
     format, keeping the Allow header."""
 
     @wraps(view)  # keeps csrf_exempt: ninja checks CSRF itself, for sessions only

@@ -66,7 +66,7 @@ def _touch(token: ApiToken) -> None:
 
 class SessionWithCsrf(APIKeyCookie):
     """Django's session.  Unlike ninja's django_auth, the CSRF check runs only for a
-    signed-in session: an anonymous write is a 401 (API.md), not a CSRF failure."""
+    signed-in session: an anonymous write is a 401 (docs/api.md), not a CSRF failure."""
 
     param_name = settings.SESSION_COOKIE_NAME
 

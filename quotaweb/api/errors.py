@@ -1,4 +1,4 @@
-"""API.md's error format, `{"error": {"code", "message", "fields"}}`, for every refusal:
+"""docs/api.md's error format, `{"error": {"code", "message", "fields"}}`, for every refusal:
 the services' errors, request validation, authentication, CSRF, oversized bodies and
 unknown paths.  Anything a client can send maps to a 4xx here; only a real bug is a 500."""
 
@@ -44,7 +44,7 @@ class ErrorOut(Schema):
     error: ErrorDetail
 
 
-# The statuses an operation may refuse with (API.md, Errors), documented on each one.
+# The statuses an operation may refuse with (docs/api.md, Errors), documented on each one.
 READ_ERRORS = (401, 404, 422)
 WRITE_ERRORS = (400, 401, 403, 404, 409, 413, 422)
 ERROR_DESCRIPTIONS = {
@@ -144,7 +144,7 @@ def validation_fields(errors: Iterable[Mapping[str, Any]]) -> dict[str, list[str
 
 
 def install_handlers(api: NinjaAPI) -> None:
-    """Replace ninja's default bodies (`{"detail": ...}`) with API.md's error format."""
+    """Replace ninja's default bodies (`{"detail": ...}`) with docs/api.md's error format."""
 
     def respond(status: int, body: dict[str, Any]) -> HttpResponse:
         return JsonResponse(body, status=status)

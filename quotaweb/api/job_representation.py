@@ -1,4 +1,4 @@
-"""The Job of API.md, built for any number of jobs in a fixed number of queries: the jobs
+"""The Job of docs/api.md, built for any number of jobs in a fixed number of queries: the jobs
 with their share, submitter and warm-pool segment (one query), their attempts (one),
 the positions of the RUNNABLE ones (one), and the shares the reader belongs to (one)."""
 
@@ -186,7 +186,8 @@ def preemption_summary(job: Job, attempts: Iterable[Attempt]) -> dict[str, Any]:
 
 
 def warm_pool_dict(segment: WarmPoolSegment | None, now: datetime) -> dict[str, Any] | None:
-    """A job's segment of a warm pool (SPEC.md 6); an Available one is billed up to now."""
+    """A job's segment of a warm pool (docs/semantics.md 6); an Available one is billed up
+    to now."""
     if segment is None:
         return None
     return {

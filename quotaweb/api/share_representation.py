@@ -1,4 +1,4 @@
-"""Capacity and the QuotaShare of API.md, with its read-only `usage`: the figures of the
+"""Capacity and the QuotaShare of docs/api.md, with its read-only `usage`: the figures of the
 share's latest usage sample on each unit it has a limit for (zeros before any cycle)."""
 
 from __future__ import annotations

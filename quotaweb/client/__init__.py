@@ -1,4 +1,4 @@
-"""The Python client of Quotaweb's HTTP API (API.md), standard library only.
+"""The Python client of Quotaweb's HTTP API (docs/api.md), standard library only.
 
     from quotaweb.client import Client
 

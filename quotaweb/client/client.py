@@ -1,5 +1,5 @@
 """The Python client of the API: `Client(url, token)`, its queues (quota shares) and the
-jobs they hold.  Answers are the API's JSON as plain dicts and lists (API.md names every
+jobs they hold.  Answers are the API's JSON as plain dicts and lists (docs/api.md names every
 field), so a field the server adds is there without a new client."""
 
 from __future__ import annotations
@@ -244,7 +244,7 @@ class Queue:
                keep_alive_seconds: int | None = None, environment: dict[str, str] | None = None,
                client_token: str | None = None, **fields: Any) -> QueuedJob:
         """Submit a job: `command` (the local executor runs it) or `duration_seconds` (the
-        simulated executor); any other field of API.md's submission as a keyword.  Left
+        simulated executor); any other field of docs/api.md's submission as a keyword.  Left
         out, a field takes the server's default, and instance_type the share's capacity
         unit when it has exactly one."""
         if instance_type is None:
@@ -303,7 +303,7 @@ class QueuedJob:
         return description
 
     def describe(self) -> Json:
-        """The Job of API.md, read now."""
+        """The Job of docs/api.md, read now."""
         return self._seen(dict(self.client.request("GET", f"/jobs/{self.id}")))
 
     def update(self, *, priority: int | None = None,

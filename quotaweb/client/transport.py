@@ -152,7 +152,7 @@ def _from_http_error(answer: urllib.error.HTTPError, where: str) -> Exception:
 
 
 def _error_of(status: int, raw: bytes, where: str, reason: object) -> QuotawebError:
-    """API.md's error format; anything else (a proxy's HTML page) as HTTP_<status>."""
+    """docs/api.md's error format; anything else (a proxy's HTML page) as HTTP_<status>."""
     try:
         detail = json.loads(raw)["error"]
         return QuotawebError(status, str(detail["code"]), str(detail["message"]),

@@ -1,6 +1,6 @@
 """The executors behind one interface: how an attempt that the cycle placed starts running.
 
-Both executors follow the same lifecycle (scheduler.lifecycle, SPEC.md 4): the cycle
+Both executors follow the same lifecycle (scheduler.lifecycle, docs/semantics.md 4): the cycle
 dispatches an attempt (SCHEDULED), `quotaweb.scheduling.transitions.advance` moves it to
 STARTING when the victims' grace ends and decides when provisioning is over (`running_at`,
 from cold_start_seconds or warm_start_seconds).  What happens next depends on the job's

@@ -20,7 +20,7 @@ def attempt_log_path(attempt: Attempt, rank: int = 0) -> Path:
 
 def attempt_cache_directory(attempt: Attempt, rank: int = 0) -> Path | None:
     """The pool's cache when the attempt reuses one; otherwise a fresh directory that
-    becomes the pool's cache if the job leaves a warm pool (SPEC.md 6, Cache).  Only the
+    becomes the pool's cache if the job leaves a warm pool (docs/semantics.md 6, Cache).  Only the
     local executor has files."""
     if attempt.job.executor != "local":
         return None

@@ -1,4 +1,4 @@
-"""Which executor queue runs an attempt (STYLE.md, Executors: "a job that reuses a warm
+"""Which executor queue runs an attempt (docs/architecture.md, Executors: "a job that reuses a warm
 pool runs there, next to its cache directory").
 
 Every executor worker consumes the shared queue and the queue of its machine.  A host

@@ -282,7 +282,7 @@ def stop_deadline(row: dict[str, Any] | None, now: datetime) -> datetime:
     """When a stopped attempt's process is killed.  A preemption's kill_at is the end of
     its grace, when the preemptor starts on the same instances: it is kept exactly.  Any
     other stop (a terminate, the job gone) gets the preemption grace from its request, so
-    the job can checkpoint as it would when preempted (SPEC.md 5, Grace)."""
+    the job can checkpoint as it would when preempted (docs/semantics.md 5, Grace)."""
     if row is not None and row["outcome"] == Outcome.PREEMPTED and row["kill_at"] is not None:
         deadline: datetime = row["kill_at"]
         return deadline

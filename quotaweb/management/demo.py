@@ -1,4 +1,4 @@
-"""The demo: the walkthrough of SPEC.md 7 on a live server, replayed forever.
+"""The demo: the walkthrough of docs/semantics.md 7 on a live server, replayed forever.
 
 `setup()` creates the capacity, the three quota shares and the users (idempotent: what
 exists is kept, passwords are generated once into the data folder and reused).

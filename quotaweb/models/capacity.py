@@ -5,7 +5,7 @@ INSTANCE_TYPE = RegexValidator(r"^[A-Za-z0-9._-]{1,64}$", "Use 1-64 of A-Z a-z 0
 
 
 class CapacityUnit(models.Model):
-    """An instance type of the service environment (SPEC.md 1)."""
+    """An instance type of the service environment (docs/semantics.md 1)."""
 
     name = models.CharField(max_length=64, unique=True, validators=[INSTANCE_TYPE],
                             help_text="Instance type, e.g. ml.g5.xlarge.")

@@ -26,7 +26,7 @@ class Executor(models.TextChoices):
 
 
 class Job(models.Model):
-    """A submitted job (SPEC.md 4).  The id is its submission order."""
+    """A submitted job (docs/semantics.md 4).  The id is its submission order."""
 
     name = models.CharField(max_length=128)
     quota_share = models.ForeignKey(QuotaShare, on_delete=models.PROTECT, related_name="jobs")
@@ -36,7 +36,7 @@ class Job(models.Model):
     instance_type = models.CharField(max_length=64)
     instance_count = models.PositiveIntegerField(default=1)
     keep_alive_seconds = models.PositiveIntegerField(default=0)
-    # Warm-pool matching attributes (SPEC.md 6).
+    # Warm-pool matching attributes (docs/semantics.md 6).
     role = models.CharField(max_length=256, blank=True, default="")
     volume_size_gb = models.PositiveIntegerField(default=0)
     volume_kms_key_id = models.CharField(max_length=256, blank=True, default="")
@@ -120,7 +120,7 @@ class Attempt(models.Model):
     kind = models.CharField(max_length=16, null=True, blank=True)
     preempted_by = models.ForeignKey(Job, null=True, blank=True, on_delete=models.SET_NULL,
                                      related_name="+")
-    # Supervision of the local executor (STYLE.md, Executors).
+    # Supervision of the local executor (docs/architecture.md, Executors).
     host = models.CharField(max_length=255, blank=True, default="")
     pid = models.IntegerField(null=True, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)

@@ -25,8 +25,8 @@ class LiveShares(models.Manager["QuotaShare"]):
 
 
 class QuotaShare(models.Model):
-    """A team's virtual queue (SPEC.md 2).  A deleted share keeps its row (its jobs, events
-    and usage stay readable) and frees its name."""
+    """A team's virtual queue (docs/semantics.md 2).  A deleted share keeps its row (its
+    jobs, events and usage stay readable) and frees its name."""
 
     name = models.CharField(max_length=128, validators=[NAME])
     sharing_strategy = models.CharField(max_length=16, choices=Strategy.choices)

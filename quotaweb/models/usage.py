@@ -4,7 +4,7 @@ from .shares import QuotaShare
 
 
 class UsageSample(models.Model):
-    """A share's figures on one unit (SPEC.md 3), written whenever one of them changes."""
+    """A share's figures on one unit (docs/semantics.md 3), written whenever one of them changes."""
 
     time = models.DateTimeField()
     quota_share = models.ForeignKey(QuotaShare, on_delete=models.CASCADE,

@@ -20,7 +20,7 @@ class PoolTermination(models.TextChoices):
 
 
 class WarmPool(models.Model):
-    """A set of instances kept warm, moving from job to job along a chain (SPEC.md 6).
+    """A set of instances kept warm, moving from job to job along a chain (docs/semantics.md 6).
 
     `owner` is the job whose segment it currently is; the pool is charged to its share.
     """

@@ -1,6 +1,6 @@
 """The outbox broadcaster: committed events and usage samples to every websocket client.
 
-Rules (STYLE.md, Shell):
+Rules (docs/architecture.md, Shell):
 - Only committed rows are read, so nothing is shown that did not happen.  Event ids follow
   commit order (every writer holds the event lock until it commits; usage samples are
   written by the cycle inside that same locked transaction), so reading "id > cursor"

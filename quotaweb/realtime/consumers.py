@@ -1,4 +1,4 @@
-"""The websocket of API.md: a snapshot (or the missed events) on connect, then every event
+"""The websocket of docs/api.md: a snapshot (or the missed events) on connect, then every event
 and usage sample as it is broadcast.  Thin: no engine calls, no heavy queries.
 
 Guards, so that sockets cannot crowd out the scheduling cycle that shares the process in

@@ -1,4 +1,4 @@
-"""What a websocket client is sent when it connects (API.md, websocket).
+"""What a websocket client is sent when it connects (docs/api.md, websocket).
 
 A client that reconnects with `?after=<last event id it saw>` gets the events it missed,
 when the log still holds them all and they are not too many to replay; any other client

@@ -1,5 +1,5 @@
 """What happens in the database when an attempt ends, by the pure rules of
-scheduler.lifecycle: retried or final, and what becomes of its instances (SPEC.md 4, 6).
+scheduler.lifecycle: retried or final, and what becomes of its instances (docs/semantics.md 4, 6).
 
 Callers hold a transaction with the event lock (events.lock_events()).
 """
@@ -75,7 +75,7 @@ def _close(job: Job, status: JobStatus, reason: str | None, at: datetime) -> Non
 
 
 def settle(job: Job, attempt: Attempt, at: datetime, *, leaves: bool) -> None:
-    """What the job's instances become as its attempt ends (SPEC.md 6)."""
+    """What the job's instances become as its attempt ends (docs/semantics.md 6)."""
     reused = attempt.warm_pool if attempt.warm_start else None
     if reused is None and not (leaves and job.keep_alive_seconds > 0):
         return

@@ -1,6 +1,6 @@
 """Writing events to the outbox so that their ids follow commit order.
 
-API.md promises that `GET /events?after=<id>` never misses an event.  Ids come from a
+docs/api.md promises that `GET /events?after=<id>` never misses an event.  Ids come from a
 sequence at insert time, so two transactions could commit out of id order and a reader
 could see id 12 before id 11 exists.  Every writer therefore takes the event lock first
 and holds it until it commits: on PostgreSQL a transaction-scoped advisory lock; SQLite

@@ -1,4 +1,4 @@
-"""Only one cycle runs at a time anywhere (STYLE.md, The tick).
+"""Only one cycle runs at a time anywhere (docs/architecture.md, The tick).
 
 On PostgreSQL a session-level advisory lock: it is released when its holder's connection
 ends, so a cycle that dies (a worker killed with -9) never blocks the next one.  The

@@ -1,5 +1,5 @@
 """Reading the database into the engine's frozen Snapshot, with a fixed number of queries
-whatever the number of jobs (STYLE.md: guard it with django_assert_num_queries)."""
+whatever the number of jobs (docs/architecture.md: guard it with django_assert_num_queries)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Capacity (SPEC.md 1) and the rule that ties it to the quota shares: for every unit
+"""Capacity (docs/semantics.md 1) and the rule that ties it to the quota shares: for every unit
 Σ_s L(s,u) ≤ C(u).  A change that would break it is refused, naming the unit and the
 numbers; lowering is always allowed, so a configuration left broken by lost instances can
 be repaired step by step.  services.configuration re-exports everything here: with the
@@ -23,7 +23,7 @@ CAPACITY_DEFAULTS = {"warm_pool_limit": 0, "cold_start_seconds": 60, "warm_start
 
 
 def over_capacity_message(unit: str, total: int, capacity: int, *, known: bool = True) -> str:
-    """SPEC.md 2's refusal, naming the unit and the numbers."""
+    """docs/semantics.md 2's refusal, naming the unit and the numbers."""
     message = (f"Quota shares' limits on {unit} would add up to {total}, "
                f"above its max_capacity {capacity}.")
     return message if known else message[:-1] + f" ({unit} is not in the capacity)."
@@ -114,7 +114,7 @@ def validate_unit_removal(unit: CapacityUnit, *, field: str = "name") -> None:
 
 
 def validate_capacity(units: object) -> list[dict[str, Any]]:
-    """A whole capacity (API.md PUT /capacity): a list of
+    """A whole capacity (docs/api.md PUT /capacity): a list of
     {capacity_unit, max_capacity, warm_pool_limit, cold_start_seconds, warm_start_seconds}
     with distinct units.  Returns the units as model field values."""
     if not isinstance(units, list | tuple):
@@ -200,7 +200,7 @@ def delete_capacity_unit(unit: CapacityUnit | str) -> None:
 
 
 def set_capacity(units: object) -> list[CapacityUnit]:
-    """Replace the whole capacity (API.md PUT /capacity).  Units that are new, changed or
+    """Replace the whole capacity (docs/api.md PUT /capacity).  Units that are new, changed or
     removed each get a CAPACITY_UPDATED event, in name order."""
     with transaction.atomic():
         existing = lock_configuration()

@@ -1,4 +1,4 @@
-"""Capacity and quota-share configuration (SPEC.md 1 and 2): the one place where it is
+"""Capacity and quota-share configuration (docs/semantics.md 1 and 2): the one place where it is
 validated and applied.  The quota-share rules live here; the capacity rules, with the
 Σ-limits check they share, live in services.capacity and are re-exported from here, so
 callers (forms, admin, API) import everything from this module.
@@ -326,7 +326,7 @@ def _replace_limits(share: QuotaShare, limits: list[tuple[str, int]]) -> None:
 
 
 def delete_share(share: QuotaShare, *, now: datetime | None = None) -> QuotaShare:
-    """Delete a DISABLED share (SPEC.md 2): its remaining jobs are terminated (FAILED,
+    """Delete a DISABLED share (docs/semantics.md 2): its remaining jobs are terminated (FAILED,
     `Quota share deleted`), the pools they run on and its Available pools end (USER), and
     its name is free again.  The row stays so that its jobs, events and usage stay
     readable."""

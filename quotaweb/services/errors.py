@@ -1,4 +1,4 @@
-"""The errors a service raises, each carrying what API.md's error body needs:
+"""The errors a service raises, each carrying what docs/api.md's error body needs:
 `{"error": {"code", "message", "fields"}}` and the HTTP status it maps to."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ class ServiceError(Exception):
         self.fields: FieldErrors = {key: list(value) for key, value in (fields or {}).items()}
 
     def as_dict(self) -> dict[str, object]:
-        """API.md's error body."""
+        """docs/api.md's error body."""
         return {"error": {"code": self.code, "message": self.message, "fields": self.fields}}
 
 

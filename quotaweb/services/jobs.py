@@ -1,4 +1,4 @@
-"""User actions on jobs (SPEC.md 4 and 6): submit, change priority, terminate, change
+"""User actions on jobs (docs/semantics.md 4 and 6): submit, change priority, terminate, change
 keep-alive.  Each runs in one transaction that takes the event lock first, re-reads the
 job under a row lock, and writes its event, so it is serialised with the scheduling cycle
 (whose compare-and-swap guards then see the change and roll back a stale plan).
@@ -203,7 +203,7 @@ def terminate_job(
 ) -> Job:
     """Terminate a job that is not terminal: FAILED with `reason`, its attempt TERMINATED
     (the executor is asked to stop it), and, if it was RUNNING, its instances may stay
-    warm (SPEC.md 6, Creation)."""
+    warm (docs/semantics.md 6, Creation)."""
     problems = Problems()
     text = values.text(problems, "reason", DEFAULT_TERMINATE_REASON if reason in (None, "")
                        else reason, max_length=1000)
@@ -277,7 +277,7 @@ def _end_reused_pool(job: Job, attempt: Attempt, now: datetime) -> None:
 
 
 def update_keep_alive(job: Job | int, seconds: object, *, by: User | None = None) -> Job:
-    """Change a job's keep_alive_seconds (SPEC.md 6, Changes).  While the job is not
+    """Change a job's keep_alive_seconds (docs/semantics.md 6, Changes).  While the job is not
     terminal it changes what the job will leave; while its pool is Available the expiry
     becomes available_since + seconds, and an expiry now or in the past ends the pool
     (USER).  Above the share's cap is a validation error; otherwise a Conflict."""
@@ -326,7 +326,7 @@ def _keep_alive_of_available_pool(job: Job, seconds: int, now: datetime) -> None
 
 
 def iso(moment: datetime) -> str:
-    """API.md's time format: ISO 8601 UTC with a Z."""
+    """docs/api.md's time format: ISO 8601 UTC with a Z."""
     return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 

@@ -1,4 +1,4 @@
-"""A quota share's queue limits (SPEC.md 4 leaves them to the operator): one member must
+"""A quota share's queue limits (docs/semantics.md 4 leaves them to the operator): one member must
 not be able to flood a share's queue, since every queued job costs every scheduling cycle.
 
 - max_queued_jobs: jobs waiting (SUBMITTED or RUNNABLE) in the share at once; a submission

@@ -1,4 +1,4 @@
-"""Who may do what (API.md, Who may do what).
+"""Who may do what (docs/api.md, Who may do what).
 
 Administrators are staff users.  A member of a quota share may submit, re-prioritise and
 terminate its jobs and change keep-alive of its warm pools; any signed-in user reads

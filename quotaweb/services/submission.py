@@ -1,5 +1,5 @@
-"""What a job submission may carry and how it is checked (SPEC.md 4, API.md POST /jobs),
-and the fingerprint that recognises a repeated request."""
+"""What a job submission may carry and how it is checked (docs/semantics.md 4,
+docs/api.md POST /jobs), and the fingerprint that recognises a repeated request."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from .errors import Problems, ValidationFailed
 MAX_PRIORITY = 9999
 MAX_RETRY_ATTEMPTS = 10
 
-# Every field a submission may carry (API.md POST /jobs), with its default.
+# Every field a submission may carry (docs/api.md POST /jobs), with its default.
 SUBMISSION_DEFAULTS: dict[str, Any] = {
     "priority": 0,
     "instance_count": 1,
@@ -52,7 +52,7 @@ def request_fingerprint(fields: Mapping[str, Any]) -> str:
 
 
 def validate_submission(fields: Mapping[str, Any], share: QuotaShare) -> dict[str, Any]:
-    """SPEC.md 4's submission rules; returns the Job field values (defaults filled in).
+    """docs/semantics.md 4's submission rules; returns the Job field values (defaults filled in).
     Raises ValidationFailed naming every field with a problem."""
     problems = Problems()
     values.unknown_fields(problems, fields, SUBMISSION_FIELDS)
@@ -107,7 +107,7 @@ def _numbers(problems: Problems, given: Mapping[str, Any], share: QuotaShare) ->
 
 
 def keep_alive_within_cap(problems: Problems, value: object, share: QuotaShare) -> int | None:
-    """keep_alive_seconds is 0..the share's max_keep_alive_seconds (SPEC.md 2)."""
+    """keep_alive_seconds is 0..the share's max_keep_alive_seconds (docs/semantics.md 2)."""
     checked = values.integer(problems, "keep_alive_seconds", value, 0)
     if checked is not None and checked > share.max_keep_alive_seconds:
         problems.add("keep_alive_seconds", f"keep_alive_seconds {checked} is above quota share "

@@ -1,4 +1,4 @@
-"""Plotly figures as pure functions of plain data (STYLE.md, Charts).
+"""Plotly figures as pure functions of plain data (docs/architecture.md, Charts).
 
 Every builder takes lists and dicts (usage samples as the websocket sends them, bars,
 markers) and returns a Plotly figure dict {"data", "layout", "config"}; nothing here reads

@@ -36,7 +36,7 @@ def _words(text: str) -> list[str]:
 
 
 class SubmitForm(forms.Form):
-    """A job submission (SPEC.md 4), to one of the viewer's shares."""
+    """A job submission (docs/semantics.md 4), to one of the viewer's shares."""
 
     name = forms.CharField(max_length=128, widget=forms.TextInput(attrs={"autofocus": True}))
     quota_share = forms.ChoiceField()
@@ -83,7 +83,7 @@ class SubmitForm(forms.Form):
                         for limit in share.capacity_limits.all()})
         self.fields["instance_type"].choices = [(unit, unit) for unit in units]
         if not self.is_bound:
-            # One token per rendered form: a double submit makes one job (API.md).
+            # One token per rendered form: a double submit makes one job (docs/api.md).
             self.initial["client_token"] = uuid.uuid4().hex
 
     def advanced_fields(self) -> list[forms.BoundField]:
@@ -136,11 +136,11 @@ class SubmitForm(forms.Form):
 
 
 class ShareForm(forms.Form):
-    """An administrator's change of a share (SPEC.md 2): a limit per capacity unit (empty:
+    """An administrator's change of a share (docs/semantics.md 2): a limit per capacity unit (empty:
     no limit on it), strategy, borrow limit, in-share preemption, state, keep-alive cap and
     members.  `changes()` holds only what differs, so SHARE_UPDATED names what changed."""
 
-    # The values themselves as labels: the same words as SPEC.md and the API.
+    # The values themselves as labels: the same words as docs/semantics.md and the API.
     sharing_strategy = forms.ChoiceField(choices=[(v, v) for v in Strategy.values])
     borrow_limit = forms.IntegerField(
         required=False, widget=NUMBER,
@@ -217,7 +217,7 @@ class ShareForm(forms.Form):
 
 
 class CapacityUnitForm(forms.Form):
-    """One capacity unit's figures (SPEC.md 1); `name` only when adding one."""
+    """One capacity unit's figures (docs/semantics.md 1); `name` only when adding one."""
 
     name = forms.CharField(max_length=64, label="Capacity unit")
     max_capacity = forms.IntegerField(widget=NUMBER, label="Capacity")

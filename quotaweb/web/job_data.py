@@ -27,7 +27,7 @@ Row = dict[str, Any]
 
 
 def queue_positions(share_ids: Iterable[int]) -> dict[int, int]:
-    """job id → position (SPEC.md 4): 1 + the RUNNABLE jobs ahead of it in its share's
+    """job id → position (docs/semantics.md 4): 1 + the RUNNABLE jobs ahead of it in its share's
     order (priority high first, then submission order)."""
     positions: dict[int, int] = {}
     seen: dict[int, int] = {}
@@ -129,7 +129,7 @@ def pool_row(pool: WarmPool, now: datetime) -> Row:
 
 
 def matching_attributes(pool: WarmPool | Job) -> list[tuple[str, str]]:
-    """The attributes a later job must match to reuse the pool (SPEC.md 6, Matching)."""
+    """The attributes a later job must match to reuse the pool (docs/semantics.md 6, Matching)."""
     return [
         ("role", pool.role or "—"),
         ("instances", f"{pool.instance_type} × {pool.instance_count}"),

@@ -96,7 +96,7 @@ def test_a_submitted_job_appears_running_on_the_overview_without_a_reload(
 def test_the_walkthrough_marks_reclaims_and_preemptions_live(
     signed_in: SignedIn, server: QuotawebServer, tmp_path: Path
 ) -> None:
-    """SPEC.md 7 through the forms, watched on the overview of an administrator."""
+    """docs/semantics.md 7 through the forms, watched on the overview of an administrator."""
     overview = signed_in("admin")
     expect(overview.locator("#live-status")).to_have_text("live", timeout=LIVE_TIMEOUT_MS)
     navigations = _watch_navigations(overview)

@@ -5,7 +5,7 @@ sentences; `assert_invariants` fails with all of them at once.
 
 What it checks:
 
-- **Accounting (SPEC.md 3)**, recomputed from Job and WarmPool rows per capacity unit:
+- **Accounting (docs/semantics.md 3)**, recomputed from Job and WarmPool rows per capacity unit:
   U(s) = instances of the share's SCHEDULED, STARTING and RUNNING jobs plus its Available
   pools; no instance is held twice and each is one of 0..C-1; free >= 0 and P >= 0; a
   share above its limit is LEND_AND_BORROW and borrows at most B(s).  The last three hold
@@ -147,7 +147,7 @@ def _read(using: str) -> Rows:
     return Rows(units, shares, limits, jobs, dict(open_attempts), dict(counts), pools, events)
 
 
-# Accounting (SPEC.md 3) ---------------------------------------------------------------
+# Accounting (docs/semantics.md 3) ---------------------------------------------------------------
 
 
 def _accounting(rows: Rows, config_changed: bool) -> list[str]:

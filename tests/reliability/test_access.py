@@ -1,4 +1,4 @@
-"""Who may do what (API.md), everywhere: every API write (by bearer token and by session
+"""Who may do what (docs/api.md), everywhere: every API write (by bearer token and by session
 with CSRF), every dashboard form, the admin, and the websocket, each tried by an
 administrator, a member of the share, a member of another share, a signed-in member of
 nothing and an anonymous caller.  Only the allowed succeed; a refusal changes nothing.

@@ -1,5 +1,5 @@
 """Beat killed with -9, then two beats at once (a failover overlap, or a second beat
-started by mistake): one cycle per tick, never two (STYLE.md, The tick: the tick claims
+started by mistake): one cycle per tick, never two (docs/architecture.md, The tick: the tick claims
 its second in Redis).  Real `celery beat` and `celery worker` processes on a PostgreSQL and
 a Redis of the test's own."""
 

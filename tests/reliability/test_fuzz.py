@@ -146,6 +146,9 @@ def stateful_machine(callers: Callers) -> Any:
     return Machine
 
 
+# Thousands of requests through the whole stack: on a loaded 2-CPU machine this passes
+# the suite's default 300 s limit, which is there to catch a hang, not to time anything.
+@pytest.mark.timeout(1200)
 def test_fuzzing_the_api_finds_no_server_error_and_breaks_no_invariant(
     callers: Callers,
 ) -> None:
@@ -165,7 +168,7 @@ def test_fuzzing_the_api_finds_no_server_error_and_breaks_no_invariant(
     # Stateful sequences really chained answers: some writes succeeded.
     assert callers.statuses[200] + callers.statuses[201] + callers.statuses[204] > 100
     # The fuzz changes the configuration (capacity, limits, strategies) on purpose, so the
-    # accounting may be left "broken" by a configuration change, as SPEC.md 3 allows.
+    # accounting may be left "broken" by a configuration change, as docs/semantics.md 3 allows.
     assert_invariants(Expectations(config_changed=True))
 
 

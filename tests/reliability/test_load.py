@@ -1,7 +1,7 @@
 """1,000 submissions from 20 concurrent API clients (bearer tokens of members, httpx)
 against a live server on the test's own PostgreSQL and Redis, a fifth of them sent twice
 at once with the same client_token: exactly 1,000 jobs, and every one dispatched, each
-share's in the order of SPEC.md 5 (priority high first, then submission order).
+share's in the order of docs/semantics.md 5 (priority high first, then submission order).
 
 The beat starts once half of the jobs are in, so long queues form while submissions go
 on: a job is compared with every job of its share that was surely waiting when it was
@@ -103,7 +103,7 @@ def first_dispatches(system: System) -> dict[int, dict[str, Any]]:
 
 
 def order_violations(system: System) -> list[str]:
-    """Pairs of one share's jobs dispatched against SPEC.md 5's order: b was first
+    """Pairs of one share's jobs dispatched against docs/semantics.md 5's order: b was first
     dispatched before a although a comes first (higher priority, or equal priority and
     older) and a was surely waiting when b's cycle ran."""
     dispatched = first_dispatches(system)

@@ -9,7 +9,7 @@ Fixtures (all function-scoped and backed by `db`, so they work in plain and in
   "member" and "other"; every password is PASSWORD ("password").  `member` becomes a
   member of the walkthrough's shares; `other` is a signed-in user who is a member of
   nothing.  `password_hash` is PASSWORD hashed once per session, for making more users.
-- `walkthrough_config`: SPEC.md 7's configuration, written straight to the tables (no
+- `walkthrough_config`: docs/semantics.md 7's configuration, written straight to the tables (no
   events, so the event log starts empty): capacity ml.g5.xlarge × 3 (warm_pool_limit 0,
   default start times); QS1 limit 1 LEND_AND_BORROW borrow_limit 200 in-share preemption
   on; QS2 limit 1 LEND; QS3 limit 1 RESERVE; `member` is a member of all three.
@@ -135,7 +135,7 @@ def make_share(db: None) -> ShareFactory:
 
 @dataclass
 class Walkthrough:
-    """SPEC.md 7's configuration: the capacity unit and the three shares."""
+    """docs/semantics.md 7's configuration: the capacity unit and the three shares."""
 
     unit: Any
     qs1: Any

@@ -1,4 +1,4 @@
-"""Warm pools, usage samples and events through the API (API.md, Warm pools, Usage and
+"""Warm pools, usage samples and events through the API (docs/api.md, Warm pools, Usage and
 events)."""
 
 from __future__ import annotations

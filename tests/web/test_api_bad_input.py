@@ -1,6 +1,6 @@
 """Bad input never gets a 500 and never changes anything: malformed JSON (400), bodies
 over 1 MiB (413), wrong types, out-of-range values, values above a share's cap, a
-borrow_limit on a RESERVE share, unknown fields and odd bytes (422), each in API.md's
+borrow_limit on a RESERVE share, unknown fields and odd bytes (422), each in docs/api.md's
 error format."""
 
 from __future__ import annotations

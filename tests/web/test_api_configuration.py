@@ -1,4 +1,4 @@
-"""Capacity and quota shares through the API (API.md, Capacity and Quota shares): reads,
+"""Capacity and quota shares through the API (docs/api.md, Capacity and Quota shares): reads,
 replacing the capacity, creating, changing and deleting shares, members by username, and
 each share's usage figures."""
 

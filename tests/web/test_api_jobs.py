@@ -1,4 +1,4 @@
-"""The jobs endpoints (API.md, Jobs): submission and its idempotency, the Job
+"""The jobs endpoints (docs/api.md, Jobs): submission and its idempotency, the Job
 representation (positions, attempts, preemptions, warm pool, secrets), listing with
 filters and cursors, changes, termination and logs."""
 

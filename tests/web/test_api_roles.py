@@ -1,4 +1,4 @@
-"""API.md's role table for every write endpoint: an administrator does everything; a
+"""docs/api.md's role table for every write endpoint: an administrator does everything; a
 member of a share acts on its jobs and warm pools but not on configuration; a member of
 another share, and a signed-in member of nothing, get 403 for anything that writes to
 the share; anonymous callers get 401.  A refusal changes nothing."""

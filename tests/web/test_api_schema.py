@@ -67,7 +67,7 @@ def test_api_conforms_to_its_schema(case: Any, admin_token: str) -> None:
     assert_invariants()
 
 
-# What API.md promises, operation by operation.
+# What docs/api.md promises, operation by operation.
 OPERATIONS = {
     ("get", "/api/v1/capacity"), ("put", "/api/v1/capacity"),
     ("get", "/api/v1/quota-shares"), ("post", "/api/v1/quota-shares"),
@@ -150,7 +150,7 @@ def test_the_job_schema_has_every_field_of_api_md(served: dict[str, Any]) -> Non
 
 def assert_invariants() -> None:
     """No job without a share; for every unit, the live shares' limits add up to at most
-    its capacity (SPEC.md 2)."""
+    its capacity (docs/semantics.md 2)."""
     assert not Job.objects.filter(quota_share__isnull=True).exists()
     assert not Job.objects.exclude(quota_share__in=QuotaShare.objects.all()).exists()
     capacity = dict(CapacityUnit.objects.values_list("name", "max_capacity"))

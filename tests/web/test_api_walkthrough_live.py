@@ -1,4 +1,4 @@
-"""SPEC.md 7's walkthrough against a LIVE server, through the HTTP API only.
+"""docs/semantics.md 7's walkthrough against a LIVE server, through the HTTP API only.
 
 `manage.py serve` runs as a subprocess in the embedded mode (SQLite in a temporary
 QUOTAWEB_DATA_DIR, the scheduling cycle ticking every second in the server process, the

@@ -158,7 +158,7 @@ def test_serve_answers_healthz_in_the_embedded_mode(tmp_path: Path) -> None:
 
 @pytest.mark.django_db
 def test_the_demo_steps_replay_the_walkthrough(settings: Any, tmp_path: Path) -> None:
-    """The replay's own steps, with cycles at the seconds they would run (SPEC.md 7)."""
+    """The replay's own steps, with cycles at the seconds they would run (docs/semantics.md 7)."""
     from datetime import timedelta
 
     from django.utils import timezone

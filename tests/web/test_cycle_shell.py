@@ -1,4 +1,4 @@
-"""The scheduling cycle through the real shell against PostgreSQL (STYLE.md, Shell): the
+"""The scheduling cycle through the real shell against PostgreSQL (docs/architecture.md, Shell): the
 snapshot's fixed query count, one transaction per cycle (nothing half-applied, a stale plan
 rolled back), the time-driven lifecycle, the event outbox's order, and cycle timings."""
 
@@ -443,7 +443,7 @@ class Writers:
 
     def watch(self, done: threading.Event) -> None:
         """An id that becomes visible below one already seen would be skipped by a reader
-        that follows `id > cursor` (API.md: GET /events?after=)."""
+        that follows `id > cursor` (docs/api.md: GET /events?after=)."""
         seen: set[int] = set()
         while True:
             finished = done.is_set()

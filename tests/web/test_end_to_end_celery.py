@@ -473,7 +473,7 @@ def _a_reclaimed_borrower_gets_sigterm_and_its_process_ends(cluster: Cluster) ->
     own = cluster.submit("bob", name="qs2-own", quota_share="QS2", command=TRAPPING_COMMAND)
     _wait_running_process(cluster, own)
     # Submitted once the first runs, so the borrower is the most recently started job of
-    # QS2: the one a reclaim takes first (SPEC.md 5, step 3).
+    # QS2: the one a reclaim takes first (docs/semantics.md 5, step 3).
     borrower = cluster.submit("bob", name="qs2-borrower", quota_share="QS2",
                               command=TRAPPING_COMMAND)
     victim = _wait_running_process(cluster, borrower)

@@ -422,7 +422,7 @@ def test_times_must_carry_a_zone() -> None:
 
 
 def test_the_builders_import_only_the_standard_library() -> None:
-    """Pure functions: no Django, no database, no clock (STYLE.md, Charts)."""
+    """Pure functions: no Django, no database, no clock (docs/architecture.md, Charts)."""
     allowed = set(sys.stdlib_module_names) | {"__future__"}
     for module in (figures, series):
         tree = ast.parse(Path(str(module.__file__)).read_text())

@@ -1,4 +1,4 @@
-"""The websocket of API.md and the outbox broadcaster, against the real database and
+"""The websocket of docs/api.md and the outbox broadcaster, against the real database and
 channel layers: what a client gets on connect, and that broadcasting shows every committed
 event once or more, in order, and never an event that was rolled back."""
 

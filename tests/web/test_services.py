@@ -99,7 +99,7 @@ def test_create_share_stores_fields_limits_members_and_writes_share_updated(
         members=["member"], max_keep_alive_seconds=600)
     share.refresh_from_db()
     assert (share.sharing_strategy, share.borrow_limit, share.state) == (
-        "LEND_AND_BORROW", -1, "ENABLED")  # SPEC.md 2: borrow_limit defaults to -1
+        "LEND_AND_BORROW", -1, "ENABLED")  # docs/semantics.md 2: borrow_limit defaults to -1
     assert share.max_keep_alive_seconds == 600 and share.in_share_preemption is False
     assert list(share.capacity_limits.values_list("capacity_unit", "max_capacity")) == [
         (OTHER_UNIT, 2)]

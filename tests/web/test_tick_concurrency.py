@@ -1,5 +1,5 @@
 """The cycle never runs twice at once, and the Celery tick never runs the same second twice
-(STYLE.md, The tick): against the real PostgreSQL and the real Redis."""
+(docs/architecture.md, The tick): against the real PostgreSQL and the real Redis."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
-"""SPEC.md 7's walkthrough through the real shell against PostgreSQL: configuration and
+"""docs/semantics.md 7's walkthrough through the real shell against PostgreSQL: configuration and
 actions through quotaweb.services, cycles through `run_cycle(now=...)` (the entry point
 beat calls), and at every step the same decisions as the simulator gives for
 scenarios/seed-walkthrough.json (the live system and the simulator call the same
-`schedule`, STYLE.md)."""
+`schedule`, docs/architecture.md)."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ DURATION = 1000
 DECISION_EVENTS = ("DISPATCHED", "PREEMPTED")
 LIFECYCLE_EVENTS = ("DISPATCHED", "PREEMPTED", "RUNNING")
 
-# SPEC.md 7: capacity 3 × ml.g5.xlarge, W = 0 (start delays 0 as in the scenario file).
+# docs/semantics.md 7: capacity 3 × ml.g5.xlarge, W = 0 (start delays 0 as in the scenario file).
 CAPACITY = {"name": UNIT, "max_capacity": 3, "warm_pool_limit": 0, "cold_start_seconds": 0,
             "warm_start_seconds": 0}
 SHARES = (
@@ -154,7 +154,7 @@ class Shell:
 
 @pytest.fixture
 def shell(settings: Any) -> Shell:
-    """SPEC.md 7's configuration, written through the services; no preemption grace."""
+    """docs/semantics.md 7's configuration, written through the services; no preemption grace."""
     settings.QUOTAWEB = {**settings.QUOTAWEB, "PREEMPTION_GRACE_SECONDS": 0}
     create_capacity_unit(**CAPACITY)
     for share in SHARES:
@@ -166,7 +166,7 @@ def shell(settings: Any) -> Shell:
 
 
 def test_the_scenario_file_is_spec_7(simulated: Simulated) -> None:
-    """The comparison below means something only if the file describes SPEC.md 7."""
+    """The comparison below means something only if the file describes docs/semantics.md 7."""
     document = simulated.document
     assert document["settings"]["preemption_grace_seconds"] == 0
     unit = {("name" if k == "capacity_unit" else k): v for k, v in document["capacity"][0].items()}

@@ -1,1 +1,1 @@
-"""One router per resource of API.md."""
+"""One router per resource of docs/api.md."""

@@ -1,4 +1,4 @@
-"""Warm pools, usage samples and events (API.md): read by every signed-in user."""
+"""Warm pools, usage samples and events (docs/api.md): read by every signed-in user."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Capacity and quota shares (API.md): everyone signed in reads; administrators change."""
+"""Capacity and quota shares (docs/api.md): everyone signed in reads; administrators change."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Jobs (API.md, Jobs): submit, list, read, change, terminate, read the logs."""
+"""Jobs (docs/api.md, Jobs): submit, list, read, change, terminate, read the logs."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Capacity and quota shares (API.md, Capacity and Quota shares)."""
+"""Capacity and quota shares (docs/api.md, Capacity and Quota shares)."""
 
 from __future__ import annotations
 

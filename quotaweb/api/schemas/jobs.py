@@ -1,5 +1,5 @@
 """Jobs: the submission, the changes a job accepts, and the Job representation of
-API.md (Jobs)."""
+docs/api.md (Jobs)."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ TEXT_256 = {"maxLength": 256}
 
 
 class JobIn(RequestBody):
-    """A submission (SPEC.md 4).  Give `command` (local executor) or `duration_seconds`
+    """A submission (docs/semantics.md 4).  Give `command` (local executor) or `duration_seconds`
     (simulated executor), not both."""
 
     name: str = Field(json_schema_extra={"pattern": r"^[A-Za-z0-9_-]{1,128}$"})
