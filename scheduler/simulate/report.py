@@ -18,7 +18,7 @@ USAGE_FIGURES = ("in_use", "own", "borrowed", "lent", "warm", "queued")
 
 
 def held_figures(world: World) -> dict[tuple[str, str], dict[str, int]]:
-    """SPEC.md 3's figures, as things stand, for every share on each unit in its limits
+    """The accounting figures, as things stand, for every share on each unit in its limits
     and on each unit it holds instances of.  A unit no longer listed has L = 0: what is
     held there is borrowed and counts in the metrics, though it gets no usage row."""
     used: dict[tuple[str, str], int] = defaultdict(int)

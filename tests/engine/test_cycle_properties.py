@@ -585,7 +585,7 @@ def test_no_job_is_lost_or_duplicated(snapshot: Snapshot) -> None:
 @PROPERTY
 @given(any_snapshots)
 def test_a_withdrawn_placement_never_reaches_the_decisions(snapshot: Snapshot) -> None:
-    """SPEC.md 5.6, Placed this cycle: a job placed and then taken later in the same cycle
+    """docs/semantics.md 5.6, Placed this cycle: a job placed and then taken later in the cycle
     is neither dispatched nor preempted; it waits again, and the decisions are the trace
     without its placement and its withdrawal."""
     result = schedule(snapshot)
@@ -676,7 +676,7 @@ def round_by_round(snapshot: Snapshot) -> CycleResult:
 @PROPERTY
 @given(st.one_of(any_snapshots, long_queues()))
 def test_skipping_quiet_rounds_at_once_changes_no_decision(snapshot: Snapshot) -> None:
-    """SPEC.md 5.6: a skipped head steps aside alone and its share's next job joins in the
+    """docs/semantics.md 5.6: a skipped head steps aside alone and its share's next job joins in the
     next round; the cycle's shortcut over rounds that only skip heads must decide exactly
     what playing every round out decides."""
     assert schedule(snapshot) == round_by_round(snapshot)
