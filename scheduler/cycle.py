@@ -1,6 +1,6 @@
-"""One scheduling cycle (SPEC.md 5): `schedule(snapshot) -> CycleResult`.
+"""One scheduling cycle (docs/semantics.md 5): `schedule(snapshot) -> CycleResult`.
 
-The pipeline, numbered as in SPEC.md 5:
+The pipeline, numbered as in docs/semantics.md 5:
   1. housekeeping: expired pools end;
   2. order: each share's queued jobs by priority, then submission;
   3. in-quota pass, reclaiming lent capacity when it must;

@@ -7,7 +7,7 @@ from enum import StrEnum
 
 
 class PendingReason(StrEnum):
-    """Why a RUNNABLE job waits: the first that applies, in this order (SPEC.md 4)."""
+    """Why a RUNNABLE job waits: the first that applies, in this order (docs/semantics.md 4)."""
 
     SERVICE_ENVIRONMENT_MAX_RESOURCE = "MISCONFIGURATION:SERVICE_ENVIRONMENT_MAX_RESOURCE"
     QUOTA_MANAGEMENT_LIMIT_EXCEEDED = "MISCONFIGURATION:QUOTA_MANAGEMENT_LIMIT_EXCEEDED"
@@ -48,7 +48,7 @@ class PreemptionKind(StrEnum):
 
 
 class PoolTermination(StrEnum):
-    """Why a warm pool (one job's segment of it) ended (SPEC.md 6)."""
+    """Why a warm pool (one job's segment of it) ended (docs/semantics.md 6)."""
 
     EXPIRED = "EXPIRED"
     USER = "USER"

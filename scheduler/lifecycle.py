@@ -1,4 +1,4 @@
-"""The pure lifecycle of attempts and warm pools (SPEC.md 4 and 6).
+"""The pure lifecycle of attempts and warm pools (docs/semantics.md 4 and 6).
 
 These rules do not decide placements (that is the cycle's job); they say what happens as
 time passes and attempts end, so that the simulator and the live executors agree:
@@ -33,7 +33,7 @@ class Outcome(StrEnum):
 
 
 class PoolStatus(StrEnum):
-    """A job's segment of a warm pool (SPEC.md 6)."""
+    """A job's segment of a warm pool (docs/semantics.md 6)."""
 
     IN_USE = "InUse"
     AVAILABLE = "Available"
@@ -113,7 +113,7 @@ def preemptions_left(preempted_count: int, preemption_retries: int | None) -> in
 def leaves_warm_pool(
     outcome: Outcome, failure: Failure | None, retrying: bool, was_running: bool
 ) -> bool:
-    """Whether an ended attempt leaves its instances warm (SPEC.md 6, Creation): success,
+    """Whether an ended attempt leaves its instances warm (docs/semantics.md 6, Creation): success,
     a user's terminate while RUNNING, or a final algorithm error; never a platform
     failure, a preemption or an attempt that is retried."""
     if retrying:
@@ -147,7 +147,7 @@ def settle_warm_pool(
     instance_count: int,
     warm_pool_limit: int,
 ) -> PoolSettlement:
-    """Apply SPEC.md 6's creation rules and the ends of a segment to a job that ended."""
+    """Apply docs/semantics.md 6's creation rules and the ends of a segment to a job that ended."""
     if not leaves_pool:
         if reused_pool:
             return PoolSettlement(PoolStatus.TERMINATED, None, PoolTermination.EXPIRED)

@@ -1,4 +1,4 @@
-"""The engine's frozen data model: what a scheduling cycle sees (SPEC.md 1, 2, 4, 6).
+"""The engine's frozen data model: what a scheduling cycle sees (docs/semantics.md 1, 2, 4, 6).
 
 Everything here is an immutable value.  The shell (Django) and the simulator both build a
 `Snapshot` of these and hand it to `scheduler.cycle.schedule`.
@@ -11,7 +11,7 @@ from enum import StrEnum
 
 
 class Strategy(StrEnum):
-    """How a quota share treats its idle capacity (SPEC.md 2)."""
+    """How a quota share treats its idle capacity (docs/semantics.md 2)."""
 
     RESERVE = "RESERVE"
     LEND = "LEND"
@@ -64,7 +64,7 @@ UNLIMITED_BORROW = -1
 
 @dataclass(frozen=True, slots=True)
 class CapacityUnit:
-    """One instance type of the service environment (SPEC.md 1)."""
+    """One instance type of the service environment (docs/semantics.md 1)."""
 
     name: str
     max_capacity: int
@@ -75,7 +75,7 @@ class CapacityUnit:
 
 @dataclass(frozen=True, slots=True)
 class QuotaShare:
-    """A team's virtual queue with its limits and sharing strategy (SPEC.md 2).
+    """A team's virtual queue with its limits and sharing strategy (docs/semantics.md 2).
 
     `limits` maps capacity unit → L(s,u); a unit that is not listed has limit 0.
     `borrow_limit` is None unless the strategy is LEND_AND_BORROW (−1 = unlimited; None
@@ -103,7 +103,7 @@ class QuotaShare:
 
 @dataclass(frozen=True, slots=True)
 class WarmPoolMatch:
-    """The attributes that must be equal for a job to reuse a warm pool (SPEC.md 6, Matching).
+    """The attributes that must be equal for a job to reuse a warm pool (semantics.md 6, Matching).
 
     instance_type and instance_count are part of the match too; they live on the job and
     the pool themselves.  Sets are frozensets so that order does not matter.
@@ -151,7 +151,7 @@ class Job:
 
 @dataclass(frozen=True, slots=True)
 class WarmPool:
-    """An Available warm pool: a set of instances kept for `owner_job`'s share (SPEC.md 6).
+    """An Available warm pool: a set of instances kept for `owner_job`'s share (semantics.md 6).
 
     `priority` and `sequence` are those of the job that left it (victim ordering uses them);
     `chain_started_at` is when the chain's first job became RUNNING (the 28-day lifetime).
@@ -173,7 +173,7 @@ class WarmPool:
 
 @dataclass(frozen=True, slots=True)
 class Policy:
-    """Deployment settings that change decisions (SPEC.md numbers in brackets)."""
+    """Deployment settings that change decisions (docs/semantics.md numbers in brackets)."""
 
     preemption_grace_seconds: float = 30
     warm_pool_max_lifetime_seconds: float = 2_419_200

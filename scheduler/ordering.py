@@ -1,4 +1,4 @@
-"""The orderings of SPEC.md 5 and 6, as explicit sort keys.
+"""The orderings of docs/semantics.md 5 and 6, as explicit sort keys.
 
 Each key's docstring numbers its criteria; every key ends in a total tie-break (an id or a
 name), so that the same snapshot always gives the same decisions.
@@ -20,7 +20,7 @@ def queue_key(job: Job) -> tuple[int, int, str]:
 
 
 def in_quota_pick_key(used: int, limit: int, head: Job, share: str) -> Key:
-    """Which in-quota head goes next (SPEC.md 5.3): 1. lowest U(s)/L(s) on the head's unit;
+    """Which in-quota head goes next (semantics.md 5.3): 1. lowest U(s)/L(s) on the head's unit;
     2. higher head priority; 3. older submission; 4. share name.
 
     The ratio is compared exactly, as a fraction, so no rounding decides a tie; L(s) > 0
@@ -30,12 +30,12 @@ def in_quota_pick_key(used: int, limit: int, head: Job, share: str) -> Key:
 
 
 def borrow_fifo_key(head: Job) -> Key:
-    """The borrowing pass (SPEC.md 5.4): 1. submission sequence, oldest first; 2. job id."""
+    """The borrowing pass (semantics.md 5.4): 1. submission sequence, oldest first; 2. job id."""
     return (head.sequence, head.id)
 
 
 def in_share_head_key(head: Job) -> Key:
-    """Heads trying in-share preemption (SPEC.md 5.5): 1. priority, high first;
+    """Heads trying in-share preemption (docs/semantics.md 5.5): 1. priority, high first;
     2. submission sequence; 3. job id."""
     return (-head.priority, head.sequence, head.id)
 
@@ -59,13 +59,13 @@ def victim_job_key(job: Job) -> Key:
 
 
 def pool_reuse_key(pool: WarmPool) -> Key:
-    """Which matching pool a job takes (SPEC.md 6): 1. soonest expiry; 2. Available first;
+    """Which matching pool a job takes (docs/semantics.md 6): 1. soonest expiry; 2. Available first;
     3. left by the earlier submission; 4. pool id."""
     return (pool.expires_at, pool.available_since, pool.sequence, pool.id)
 
 
 def eviction_key(pool: WarmPool) -> Key:
-    """Own pools an in-quota head evicts (SPEC.md 5.3): 1. soonest-expiring first;
+    """Own pools an in-quota head evicts (docs/semantics.md 5.3): 1. soonest-expiring first;
     2. Available first; 3. pool id."""
     return (pool.expires_at, pool.available_since, pool.id)
 

@@ -1,4 +1,4 @@
-"""Pending reasons and positions of the jobs left waiting after a cycle (SPEC.md 4)."""
+"""Pending reasons and positions of the jobs left waiting after a cycle (docs/semantics.md 4)."""
 
 from __future__ import annotations
 

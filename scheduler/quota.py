@@ -1,4 +1,4 @@
-"""The accounting of SPEC.md 3, written once.
+"""The accounting of docs/semantics.md 3, written once.
 
 Every figure is per capacity unit u.  U(s) is what share s holds (its active jobs plus its
 Available warm pools), L(s) its limit, C the unit's capacity.  The pure functions state the
@@ -31,7 +31,7 @@ def idle(used: int, limit: int) -> int:
 
 def borrow_cap(limit: int, borrow_limit: int | None) -> int | None:
     """B(s,u) = floor(L × borrow_limit / 100); None means unlimited (borrow_limit −1, which
-    is also SPEC.md's default when none is given; only LEND_AND_BORROW borrows at all)."""
+    is also docs/semantics.md's default when none is given; only LEND_AND_BORROW borrows at all)."""
     if borrow_limit is None or borrow_limit == UNLIMITED_BORROW:
         return None
     return limit * borrow_limit // 100

@@ -96,7 +96,7 @@ class CycleState:
 
     def _configured_to_fit(self, job: Job) -> bool:
         """False for a job that no placement can ever serve as configured: a
-        misconfiguration (SPEC.md 4, reasons 1–2).  Such a job, and one still in its
+        misconfiguration (docs/semantics.md 4, reasons 1–2).  Such a job, and one still in its
         preemption grace period, is passed over for the whole cycle."""
         unit = self.capacity.get(job.instance_type)
         if unit is None or job.instance_count > unit.max_capacity:
@@ -242,7 +242,7 @@ class CycleState:
     # Warm pools -------------------------------------------------------------------------
 
     def matching_pool(self, job: Job) -> WarmPool | None:
-        """The Available pool of the job's share that it would reuse (SPEC.md 6, Matching)."""
+        """The Available pool of the job's share that it would reuse (semantics.md 6, Matching)."""
         pools = self.pools[job.quota_share]
         if not pools:
             return None
@@ -271,7 +271,7 @@ class CycleState:
     # Placement rules --------------------------------------------------------------------
 
     def in_quota_eligible(self, head: Job) -> bool:
-        """Whether the head would be in quota after placement (SPEC.md 5.3): U ≤ L when it
+        """Whether the head would be in quota after placement (docs/semantics.md 5.3): U ≤ L when it
         reuses a pool, else U + n ≤ L counting its share's non-matching pools as gone."""
         share, unit = head.quota_share, head.instance_type
         account = self._ledgers[unit].accounts[share]
@@ -395,7 +395,7 @@ class CycleState:
         self.done.add(job.id)
 
     def _take(self, unit: str, count: int) -> tuple[int, ...]:
-        """The lowest-numbered free instances (SPEC.md 1)."""
+        """The lowest-numbered free instances (docs/semantics.md 1)."""
         free = self._free[unit]
         taken = [heapq.heappop(free) for _ in range(min(count, len(free)))]
         # Only when capacity shrank below what is held: number past the end, for display.

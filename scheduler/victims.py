@@ -1,5 +1,5 @@
 """Choosing what to preempt or evict: take in order until the head fits, then spare
-(last first) every victim without which it still fits (SPEC.md 5.3 and 5.5)."""
+(last first) every victim without which it still fits (docs/semantics.md 5.3 and 5.5)."""
 
 from __future__ import annotations
 

@@ -43,7 +43,7 @@ class Attempt:
 
 @dataclass(slots=True)
 class Segment:
-    """One job's segment of a warm pool (SPEC.md 6, Identity)."""
+    """One job's segment of a warm pool (docs/semantics.md 6, Identity)."""
 
     status: PoolStatus
     keep_alive_seconds: int

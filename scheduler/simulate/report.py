@@ -150,7 +150,7 @@ def job_json(job: SimJob, positions: dict[str, int], until: int) -> dict[str, An
 
 
 def queue_positions(world: World) -> dict[str, int]:
-    """1 + the RUNNABLE jobs ahead in the share's order (SPEC.md 4)."""
+    """1 + the RUNNABLE jobs ahead in the share's order (docs/semantics.md 4)."""
     by_share: dict[str, list[SimJob]] = defaultdict(list)
     for job in world.live.values():
         if job.status is JobStatus.RUNNABLE:

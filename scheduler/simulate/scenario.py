@@ -272,7 +272,7 @@ def check_references(scenario: Scenario) -> None:
 def check_configuration(
     capacity: tuple[CapacityUnit, ...], shares: tuple[QuotaShare, ...], path: str
 ) -> None:
-    """Σ L(s,u) ≤ C(u) for every unit (SPEC.md 2)."""
+    """Σ L(s,u) ≤ C(u) for every unit (docs/semantics.md 2)."""
     capacities = {unit.name: unit.max_capacity for unit in capacity}
     totals: dict[str, int] = {}
     for share in shares:

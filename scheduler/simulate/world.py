@@ -161,7 +161,7 @@ class World:
         return sum(p.instance_count for p in self.pools.values() if p.instance_type == unit)
 
     def settle(self, job: SimJob, t: int, *, leaves: bool) -> None:
-        """What the job's instances become as its attempt ends (SPEC.md 6)."""
+        """What the job's instances become as its attempt ends (docs/semantics.md 6)."""
         reused = job.pool
         if reused is None and not (leaves and job.keep_alive_seconds > 0):
             return

@@ -1,7 +1,7 @@
 """Small builders for table-driven engine cases: capacity units, quota shares, jobs, warm
 pools and snapshots, and the decisions a cycle is expected to take.
 
-Defaults follow SPEC.md, with two exceptions chosen so that a case states only what it
+Defaults follow docs/semantics.md, with two exceptions chosen so that a case states only what it
 shows: the preemption grace is 0 unless a case passes `grace=`, and every time defaults to
 around `NOW`.
 """
@@ -69,7 +69,7 @@ def share(
 ) -> QuotaShare:
     """A quota share with L = `limit` on `unit`, or `limits` for several units.
 
-    borrow_limit defaults as SPEC.md 2 does: −1 (unlimited) for LEND_AND_BORROW, null for
+    borrow_limit defaults as docs/semantics.md 2 does: −1 (unlimited) for LEND_AND_BORROW, null for
     the other strategies; pass it explicitly to build an invalid share.
     """
     if borrow_limit is _SPEC_DEFAULT:

@@ -1,9 +1,9 @@
-"""A slow, obviously-correct oracle for the accounting of SPEC.md 3, for property tests.
+"""A slow, obviously-correct oracle for the accounting of docs/semantics.md 3, for property tests.
 
 Every figure is recomputed from scratch, by brute force, from who holds what: nothing is
 kept as a running total and nothing is shared with the engine's own accounting (this module
 must not import scheduler.quota, scheduler.state or scheduler.cycle; only the frozen model
-and decision types).  Speed does not matter here; being easy to check against SPEC.md does.
+and decision types).  Speed does not matter here; being easy to check against semantics.md does.
 
 A `World` is one instant: capacity, shares, the active jobs and the Available warm pools.
 `fits` places a job in a copy of the world and recomputes everything; `replay` walks a
@@ -52,7 +52,7 @@ class World:
     pools: Mapping[str, WarmPool]
 
     def holders(self) -> list[Job | WarmPool]:
-        """Everything that holds instances (SPEC.md 3: active jobs and Available pools)."""
+        """Everything that holds instances (semantics.md 3: active jobs and Available pools)."""
         return [*self.active.values(), *self.pools.values()]
 
     def units(self) -> set[str]:
@@ -93,13 +93,13 @@ def placed(
     return dataclasses.replace(world, active={**world.active, job.id: job}, pools=pools)
 
 
-# SPEC.md 3, per capacity unit --------------------------------------------------------
+# docs/semantics.md 3, per capacity unit --------------------------------------------------------
 
 
 def borrow_cap(share: QuotaShare, unit: str) -> int | None:
     """B(s,u) = floor(L × borrow_limit / 100); None when unlimited (−1); a share that is
     not LEND_AND_BORROW may borrow nothing.  A LEND_AND_BORROW share with no borrow_limit
-    reads as SPEC.md 2's default, −1."""
+    reads as docs/semantics.md 2's default, −1."""
     if share.strategy is not Strategy.LEND_AND_BORROW:
         return 0
     percent = UNLIMITED if share.borrow_limit is None else share.borrow_limit
@@ -171,7 +171,7 @@ def share_usage(world: World, share: str, unit: str) -> int:
 
 
 def figures(world: World, unit: str) -> UnitFigures:
-    """Every figure of SPEC.md 3 for `unit`, counted from scratch."""
+    """Every figure of docs/semantics.md 3 for `unit`, counted from scratch."""
     shares = {
         name: ShareFigures(
             strategy=share.strategy,
@@ -188,7 +188,7 @@ def figures(world: World, unit: str) -> UnitFigures:
 
 
 def matching_pools(world: World, job: Job) -> list[WarmPool]:
-    """The share's Available pools the job matches, best first (SPEC.md 6, Matching):
+    """The share's Available pools the job matches, best first (docs/semantics.md 6, Matching):
     soonest expiry, then Available first, then left by the earlier submission."""
     pools = [
         pool
@@ -207,7 +207,7 @@ def matching_pool(world: World, job: Job) -> WarmPool | None:
 
 
 def placement_allowed(before: UnitFigures, after: UnitFigures, share: str) -> bool:
-    """SPEC.md 3, fits: after the placement free ≥ 0; P ≥ 0 if the placement lowered P;
+    """docs/semantics.md 3, fits: after the placement free ≥ 0; P ≥ 0 if the placement lowered P;
     and a share above its limit is LEND_AND_BORROW with borrowed ≤ B."""
     if after.free < 0:
         return False
@@ -235,7 +235,7 @@ def in_quota_after(world: World, job: Job) -> bool:
 
 
 def in_quota_eligible(world: World, job: Job) -> bool:
-    """SPEC.md 5.3: in quota after placement, reusing a matching pool, or else counting the
+    """semantics.md 5.3: in quota after placement, reusing a matching pool, or else counting the
     share's pools on the unit (none of which it matches) as gone."""
     if matching_pool(world, job) is not None:
         return in_quota_after(world, job)
@@ -247,7 +247,7 @@ def in_quota_eligible(world: World, job: Job) -> bool:
     return in_quota_after(without(world, pool_ids=own_pools), job)
 
 
-# SPEC.md 4: misconfiguration and pending reasons --------------------------------------
+# docs/semantics.md 4: misconfiguration and pending reasons --------------------------------------
 
 
 def most_holdable(share: QuotaShare, unit: str) -> int | None:
@@ -257,7 +257,7 @@ def most_holdable(share: QuotaShare, unit: str) -> int | None:
 
 
 def misconfiguration(world: World, job: Job) -> PendingReason | None:
-    """Reasons 1–2 of SPEC.md 4, or None when the job could some day be placed."""
+    """Reasons 1–2 of docs/semantics.md 4, or None when the job could some day be placed."""
     unit = job.instance_type
     if unit not in world.capacity or job.instance_count > world.capacity[unit]:
         return PendingReason.SERVICE_ENVIRONMENT_MAX_RESOURCE
@@ -268,7 +268,7 @@ def misconfiguration(world: World, job: Job) -> PendingReason | None:
 
 
 def pending_reason(world: World, job: Job) -> PendingReason:
-    """The first reason of SPEC.md 4 that applies, as the engine interprets it: in quota (or
+    """The first reason of semantics.md 4 that applies, as the engine interprets it: in quota (or
     unable to borrow) → waiting for capacity; else beyond B → borrow limit; else not
     fitting → no idle capacity to borrow; else waiting for capacity."""
     misconfigured = misconfiguration(world, job)
@@ -286,15 +286,15 @@ def pending_reason(world: World, job: Job) -> PendingReason:
 
 
 def queue_order(job: Job) -> tuple[int, int, str]:
-    """SPEC.md 5.2: priority high first, then submission order."""
+    """docs/semantics.md 5.2: priority high first, then submission order."""
     return (-job.priority, job.sequence, job.id)
 
 
-# SPEC.md 3's invariants --------------------------------------------------------------
+# docs/semantics.md 3's invariants --------------------------------------------------------------
 
 
 def invariant_violations(world: World, *, numbers_within_capacity: bool = True) -> list[str]:
-    """Every way `world` breaks SPEC.md 3's invariants, as sentences (empty: none)."""
+    """Every way `world` breaks docs/semantics.md 3's invariants, as sentences (empty: none)."""
     problems: list[str] = []
     for unit in sorted(world.units()):
         problems += _instance_problems(world, unit, numbers_within_capacity)

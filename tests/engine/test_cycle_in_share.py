@@ -1,4 +1,4 @@
-"""In-share preemption (SPEC.md 5.5): a head that does not fit may preempt its own share's
+"""In-share preemption (docs/semantics.md 5.5): a head that does not fit may preempt its own share's
 warm pools and strictly lower-priority jobs, when the share has it switched on.
 
 Notation in comments, per unit: C capacity, U(s) used, L(s) limit, free = C − ΣU, P the
@@ -84,7 +84,7 @@ def test_in_share_preemption_evicts_own_pools_before_own_jobs() -> None:
     # C 3: S (L 1) holds s_lo and a non-matching pool (U 2, borrowed 1); Z (L 2) holds one,
     # so P = 1 − 1 = 0 and free 0: s_hi cannot borrow. In-share, the pool goes first (even
     # though its job had priority 9): free 1, P 1 → 0 with s_hi borrowing, so s_lo stays.
-    # SPEC.md 5.5 lets in-share preemption take the share's pools (any).
+    # docs/semantics.md 5.5 lets in-share preemption take the share's pools (any).
     snap = snapshot(
         NOW,
         [unit(G5, 3)],

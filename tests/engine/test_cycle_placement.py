@@ -1,4 +1,4 @@
-"""Placement in the scheduling cycle (SPEC.md 1, 5.3, 5.6): the in-quota pick order,
+"""Placement in the scheduling cycle (docs/semantics.md 1, 5.3, 5.6): the in-quota pick order,
 best-effort ordering, DISABLED shares, several capacity units and instance numbering.
 
 Notation in comments, per unit: C capacity, U(s) used, L(s) limit, free = C − ΣU, P the
@@ -29,7 +29,7 @@ from tests.engine.builders import (
     waits,
 )
 
-# The in-quota pass: lowest U/L first, then higher priority, then older (SPEC.md 5.3) ----
+# The in-quota pass: lowest U/L first, then higher priority, then older (docs/semantics.md 5.3) ----
 
 
 def two_lenders(*jobs: Job, x: tuple[int, int], y: tuple[int, int]) -> Snapshot:

@@ -1,9 +1,9 @@
 """Property tests of one scheduling cycle, checked against a brute-force oracle.
 
-Hypothesis draws small random snapshots of three kinds: consistent (SPEC.md 3's invariants
+Hypothesis draws small random snapshots of three kinds: consistent (docs/semantics.md 3's invariants
 hold, as they do when no configuration changed), evolved (a consistent one a cycle later, so
 capacity is lent out and reasons are stored, as in a run) and broken (a limit, a capacity, a
-strategy or a borrow limit changed under running jobs).  Each property names the SPEC.md rule
+strategy or a borrow limit changed under running jobs).  Each property names the semantics.md rule
 it checks and recomputes the accounting from scratch with tests/engine/oracle.py, which shares
 no code with the engine's scheduler.quota, scheduler.state or scheduler.cycle.
 """
@@ -215,7 +215,7 @@ def free_instances(draw: st.DrawFn, world: World, unit: str, count: int) -> tupl
 @st.composite
 def started_if_consistent(draw: st.DrawFn, world: World, job: Job) -> tuple[Job, World]:
     """`job` active on random free instances, and the world with it, if that world keeps
-    SPEC.md 3's invariants; else `job` still queued and `world` unchanged."""
+    docs/semantics.md 3's invariants; else `job` still queued and `world` unchanged."""
     instances = draw(free_instances(world, job.instance_type, job.instance_count))
     if instances is None:
         return job, world
@@ -228,7 +228,7 @@ def started_if_consistent(draw: st.DrawFn, world: World, job: Job) -> tuple[Job,
 def kept_if_consistent(
     draw: st.DrawFn, world: World, pool: WarmPool
 ) -> tuple[WarmPool | None, World]:
-    """`pool` on random free instances, and the world with it, if that world keeps SPEC.md
+    """`pool` on random free instances, and the world with it, if that world keeps docs/semantics.md
     3's invariants; else no pool and `world` unchanged."""
     instances = draw(free_instances(world, pool.instance_type, pool.instance_count))
     if instances is None:
@@ -274,7 +274,7 @@ def pools_added(
 @st.composite
 def consistent_snapshots(draw: st.DrawFn) -> Snapshot:
     """0–12 jobs (queued or active) and 0–3 Available pools, each holder added only while
-    SPEC.md 3's invariants hold: the state of a run with no configuration change."""
+    docs/semantics.md 3's invariants hold: the state of a run with no configuration change."""
     capacity = draw(capacity_units())
     shares = draw(quota_shares(capacity))
     world = World(NOW, {u.name: u.max_capacity for u in capacity}, {s.name: s for s in shares},
@@ -392,7 +392,7 @@ def changed_strategy(draw: st.DrawFn, snapshot: Snapshot) -> Snapshot:
 
 @st.composite
 def broken_snapshots(draw: st.DrawFn) -> Snapshot:
-    """A consistent snapshot after 1–3 configuration changes that may break SPEC.md 3's
+    """A consistent snapshot after 1–3 configuration changes that may break docs/semantics.md 3's
     invariants: a capacity shrunk, a limit lowered, a strategy or borrow limit changed."""
     snapshot = draw(st.one_of(consistent_snapshots(), evolved_snapshots()))
     changes = [shrunk_capacity, lowered_limit, changed_strategy]
@@ -446,7 +446,7 @@ def placement_figures(placement: Placement) -> tuple[oracle.UnitFigures, oracle.
 
 
 def brokenness(world: World) -> dict[tuple[str, str], int]:
-    """How far each figure of SPEC.md 3 is broken (0 when it holds): per unit, how far free
+    """How far each figure of semantics.md 3 is broken (0 when it holds): per unit, how far free
     and P are below 0; per share, how far borrowed exceeds what it may borrow."""
     measures: dict[tuple[str, str], int] = {}
     for unit in world.units():
@@ -471,7 +471,7 @@ def waiting_after(snapshot: Snapshot, result: CycleResult) -> list[Job]:
 
 
 def expected_positions(waiting: list[Job]) -> dict[str, int]:
-    """SPEC.md 4: 1 + the waiting jobs ahead in the share's order (priority, submission)."""
+    """semantics.md 4: 1 + the waiting jobs ahead in the share's order (priority, submission)."""
     positions: dict[str, int] = {}
     for share in {job.quota_share for job in waiting}:
         queue = sorted((j for j in waiting if j.quota_share == share), key=oracle.queue_order)
@@ -480,7 +480,7 @@ def expected_positions(waiting: list[Job]) -> dict[str, int]:
 
 
 def placeable_now(world: World, job: Job) -> bool:
-    """Not misconfigured (SPEC.md 4, 1–2) and past its grace period (SPEC.md 5, Grace)."""
+    """Not misconfigured (semantics.md 4, 1–2) and past its grace period (semantics.md 5, Grace)."""
     in_grace = job.not_before is not None and job.not_before > world.now
     return not in_grace and oracle.misconfiguration(world, job) is None
 
@@ -498,18 +498,18 @@ def victim_unit(placement: Placement, victim: oracle.Victim) -> str:
 
 
 def is_reclaim(placement: Placement) -> bool:
-    """SPEC.md 5.3: a placement that takes other shares' jobs or pools."""
+    """docs/semantics.md 5.3: a placement that takes other shares' jobs or pools."""
     share = placement.job.quota_share
     return any(victim_share(placement, v) != share for v in placement.victims)
 
 
-# a. SPEC.md 3's invariants -------------------------------------------------------------
+# a. docs/semantics.md 3's invariants -------------------------------------------------------------
 
 
 @PROPERTY
 @given(running_snapshots)
 def test_a_cycle_keeps_the_invariants_of_the_accounting(snapshot: Snapshot) -> None:
-    """SPEC.md 3, Invariants: with no configuration change, after a cycle no instance is held
+    """semantics.md 3, Invariants: with no configuration change, after a cycle no instance is held
     twice or lies outside 0..C−1, free ≥ 0, P ≥ 0, a share above its limit is
     LEND_AND_BORROW within B, no RESERVE share's idle capacity is used by others
     (free ≥ Σ idle of RESERVE shares) and no LEND share borrows."""
@@ -521,9 +521,9 @@ def test_a_cycle_keeps_the_invariants_of_the_accounting(snapshot: Snapshot) -> N
 @PROPERTY
 @given(any_snapshots)
 def test_every_placement_fits_when_it_is_made(snapshot: Snapshot) -> None:
-    """SPEC.md 3: every placement leaves free ≥ 0, leaves P ≥ 0 when it lowers P, and keeps a
+    """semantics.md 3: every placement leaves free ≥ 0, leaves P ≥ 0 when it lowers P, and keeps a
     share above its limit LEND_AND_BORROW within B; it takes the lowest free instance
-    numbers or the reused pool's own (SPEC.md 1), and reports borrowed_instances as
+    numbers or the reused pool's own (docs/semantics.md 1), and reports borrowed_instances as
     min(n, borrowed(s) after) — broken inputs included."""
     _, replay = cycle(snapshot)
     for placement in replay.placements:
@@ -543,7 +543,7 @@ def test_every_placement_fits_when_it_is_made(snapshot: Snapshot) -> None:
 @PROPERTY
 @given(broken_snapshots())
 def test_a_cycle_never_makes_a_broken_state_worse(snapshot: Snapshot) -> None:
-    """SPEC.md 3: a configuration change may leave the invariants broken; a cycle never makes
+    """semantics.md 3: a configuration change may leave the invariants broken; a cycle never makes
     a broken one worse: per unit, free and P below 0 do not sink further, and per share,
     borrowed beyond B does not grow."""
     before = brokenness(world_of(snapshot))
@@ -559,7 +559,7 @@ def test_a_cycle_never_makes_a_broken_state_worse(snapshot: Snapshot) -> None:
 @PROPERTY
 @given(any_snapshots)
 def test_no_job_is_lost_or_duplicated(snapshot: Snapshot) -> None:
-    """SPEC.md 4–5: each queued job is dispatched at most once, and only when it is neither
+    """semantics.md 4–5: each queued job is dispatched at most once, and only when it is neither
     misconfigured nor in its grace period; each active job is preempted at most once; no
     job is both; every job left waiting gets at most one SetPendingReason, and a job
     preempted with retries left gets exactly one, one failing its last retry none; after
@@ -606,7 +606,7 @@ def test_a_withdrawn_placement_never_reaches_the_decisions(snapshot: Snapshot) -
 @PROPERTY
 @given(any_snapshots)
 def test_victims_come_from_the_shares_their_kind_allows(snapshot: Snapshot) -> None:
-    """SPEC.md 5.3–5.5: IN_SHARE victims are the preemptor's share's jobs of strictly lower
+    """semantics.md 5.3–5.5: IN_SHARE victims are the preemptor's share's jobs of strictly lower
     priority; CROSS_SHARE victims (and other shares' evicted pools) belong to other shares
     that were borrowing, and such a reclaim places its job in quota; all victims are on
     the placed job's unit, and the two kinds never mix in one placement."""
@@ -633,7 +633,7 @@ def test_victims_come_from_the_shares_their_kind_allows(snapshot: Snapshot) -> N
 @QUICK_PROPERTY
 @given(any_snapshots)
 def test_running_victims_give_a_grace_period(snapshot: Snapshot) -> None:
-    """SPEC.md 5, Grace: a preempted RUNNING job may run again after now + grace, any other
+    """semantics.md 5, Grace: a preempted RUNNING job may run again after now + grace, any other
     victim at once; the preemptor starts after the grace when any job victim was RUNNING."""
     _, replay = cycle(snapshot)
     grace = snapshot.policy.preemption_grace_seconds
@@ -683,14 +683,14 @@ def test_skipping_quiet_rounds_at_once_changes_no_decision(snapshot: Snapshot) -
 
 
 def is_housekeeping(decision: object) -> TypeGuard[TerminateWarmPool]:
-    """A pool ended for its time (SPEC.md 5.1), not evicted for a job."""
+    """A pool ended for its time (docs/semantics.md 5.1), not evicted for a job."""
     return isinstance(decision, TerminateWarmPool) and decision.by_job is None
 
 
 @PROPERTY
 @given(st.data())
 def test_the_same_snapshot_gives_the_same_decisions(data: st.DataObject) -> None:
-    """SPEC.md 5 ("it reads no clock and no database"): a cycle is a function of the
+    """docs/semantics.md 5 ("it reads no clock and no database"): a cycle is a function of the
     snapshot, whatever the order of its capacity, shares, jobs and pools."""
     snapshot = data.draw(any_snapshots)
     result = schedule(snapshot)
@@ -705,7 +705,7 @@ def test_the_same_snapshot_gives_the_same_decisions(data: st.DataObject) -> None
 @PROPERTY
 @given(any_snapshots)
 def test_no_job_left_waiting_fits_after_the_cycle(snapshot: Snapshot) -> None:
-    """SPEC.md 5.6: the cycle repeats until nothing more can be placed, and skipping a head
+    """semantics.md 5.6: the cycle repeats until nothing more can be placed, and skipping a head
     does not block its share (best effort).  So after it, no waiting job that is placeable
     (not misconfigured, past its grace, not preempted in this cycle) fits as things stand,
     reusing a matching pool if there is one, without preempting or evicting anything."""
@@ -727,7 +727,7 @@ def test_no_job_left_waiting_fits_after_the_cycle(snapshot: Snapshot) -> None:
 @PROPERTY
 @given(any_snapshots)
 def test_every_waiting_job_has_its_pending_reason_and_position(snapshot: Snapshot) -> None:
-    """SPEC.md 4: every job left waiting has the first pending reason that applies after the
+    """semantics.md 4: every job left waiting has the first pending reason that applies after the
     cycle.  A SetPendingReason is sent exactly when that differs from the stored reason or
     the job is not RUNNABLE yet (SUBMITTED, or just preempted), and it carries the job's
     position: 1..k in its share's order of waiting jobs (priority, then submission)."""
@@ -746,7 +746,7 @@ def test_every_waiting_job_has_its_pending_reason_and_position(snapshot: Snapsho
 
 
 def needed(placement: Placement, victim: oracle.Victim) -> bool:
-    """Whether the placement needs `victim` (SPEC.md 5.3/5.5): without it the job would not
+    """Whether the placement needs `victim` (semantics.md 5.3/5.5): without it the job would not
     fit, or — an own pool evicted for an in-quota head — would no longer be in quota."""
     spared = placement.without_victims(but=victim)
     if not oracle.fits(spared, placement.job):
@@ -762,7 +762,7 @@ def needed(placement: Placement, victim: oracle.Victim) -> bool:
 @PROPERTY
 @given(any_snapshots)
 def test_every_victim_is_needed(snapshot: Snapshot) -> None:
-    """SPEC.md 5.3/5.5 ("spare each one without which the head still fits"): for every
+    """docs/semantics.md 5.3/5.5 ("spare each one without which the head still fits"): for every
     placement that preempts or evicts, sparing any single victim, in the state just before
     that placement, leaves the job unable to be placed."""
     _, replay = cycle(snapshot)
@@ -777,7 +777,7 @@ def test_every_victim_is_needed(snapshot: Snapshot) -> None:
 @PROPERTY
 @given(any_snapshots)
 def test_a_placement_reuses_the_matching_pool_expiring_soonest(snapshot: Snapshot) -> None:
-    """SPEC.md 6, Matching: every placement takes a matching Available pool of its share when
+    """semantics.md 6, Matching: every placement takes a matching Available pool of its share when
     there is one: the one expiring soonest, then Available first, then the earlier job's."""
     _, replay = cycle(snapshot)
     for placement in replay.placements:
@@ -797,7 +797,7 @@ def housekeeping_ending(pool: WarmPool, snapshot: Snapshot) -> PoolTermination |
 @QUICK_PROPERTY
 @given(any_snapshots)
 def test_housekeeping_ends_exactly_the_pools_past_their_time(snapshot: Snapshot) -> None:
-    """SPEC.md 5.1 and 6: pools past their keep-alive end EXPIRED, or MAX_LIFETIME when the
+    """semantics.md 5.1 and 6: pools past their keep-alive end EXPIRED, or MAX_LIFETIME when the
     chain's lifetime ends strictly earlier, before any placement; no other pool ends so."""
     result = schedule(snapshot)
     housekeeping = [d for d in result.decisions if is_housekeeping(d)]
@@ -827,13 +827,13 @@ def walkthrough_job(job_id: str, share: str, instances: tuple[int, ...] = ()) ->
 
 
 def walkthrough_world(*active: Job) -> World:
-    """SPEC.md 7: 3 × g5; QS1 LEND_AND_BORROW 200 %, QS2 LEND, QS3 RESERVE, limit 1 each."""
+    """semantics.md 7: 3 × g5; QS1 LEND_AND_BORROW 200 %, QS2 LEND, QS3 RESERVE, limit 1 each."""
     return World(NOW, {"g5": 3}, {s.name: s for s in WALKTHROUGH_SHARES},
                  {job.id: job for job in active}, {})
 
 
 def test_the_oracle_counts_the_walkthrough_after_its_first_cycle() -> None:
-    """SPEC.md 7, step 1: high on QS1's own instance, med borrowing QS2's idle one; low does
+    """semantics.md 7, step 1: high on QS1's own instance, med borrowing QS2's idle one; low does
     not fit, since QS3 reserves its idle instance."""
     world = walkthrough_world(
         walkthrough_job("high", "QS1", (0,)), walkthrough_job("med", "QS1", (1,))

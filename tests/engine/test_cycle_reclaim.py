@@ -1,4 +1,4 @@
-"""Reclaim in the cycle (SPEC.md 5.3, 5.6, 5.7 and Grace): which victims a reclaim takes and
+"""Reclaim in the cycle (semantics.md 5.3, 5.6, 5.7 and Grace): which victims a reclaim takes and
 the fewest of them, lowered limits, the grace a RUNNING victim gets, and that a victim is
 not placed again in its cycle. In-share preemption is in test_cycle_in_share.py.
 
@@ -242,7 +242,7 @@ def test_reclaim_preempts_nothing_when_even_every_candidate_is_not_enough() -> N
     assert decide(snap) == [waits("q1", WAITING)]
 
 
-# Lowered limits (SPEC.md 5.7) --------------------------------------------------------------
+# Lowered limits (semantics.md 5.7) --------------------------------------------------------------
 
 
 def lowered_limit(*queued_jobs: Job) -> Snapshot:
@@ -273,7 +273,7 @@ def test_usage_above_a_lowered_limit_is_reclaimed_for_an_in_quota_head() -> None
     ]
 
 
-# Grace (SPEC.md 5, Grace) ------------------------------------------------------------------
+# Grace (semantics.md 5, Grace) ------------------------------------------------------------------
 
 
 def grace_case(*victims: Job, pools: tuple[WarmPool, ...] = ()) -> Snapshot:

@@ -1,4 +1,4 @@
-"""The scheduling cycle (SPEC.md 5) on small snapshots: the walkthrough of SPEC.md 7,
+"""The scheduling cycle (semantics.md 5) on small snapshots: the walkthrough of semantics.md 7,
 sharing strategies, borrow limits and the borrowing pass.
 
 Elsewhere: test_cycle_placement (in-quota order, best effort, units), test_cycle_reclaim,
@@ -39,7 +39,7 @@ from tests.engine.builders import (
 SUBMITTED = JobStatus.SUBMITTED
 
 
-# SPEC.md 7: the walkthrough, one cycle per step -----------------------------------------
+# docs/semantics.md 7: the walkthrough, one cycle per step -----------------------------------------
 
 WALKTHROUGH_SHARES = (
     share("QS1", 1, strategy=LEND_AND_BORROW, borrow_limit=200, in_share_preemption=True),
@@ -49,7 +49,7 @@ WALKTHROUGH_SHARES = (
 
 
 def walkthrough(now: float, *jobs: Job) -> Snapshot:
-    """Capacity 3 × g5, W = 0, the three shares of SPEC.md 7, grace 30 s."""
+    """Capacity 3 × g5, W = 0, the three shares of docs/semantics.md 7, grace 30 s."""
     return snapshot(now, [unit(G5, 3)], WALKTHROUGH_SHARES, jobs, grace=30)
 
 
@@ -113,7 +113,7 @@ def test_walkthrough_of_spec_section_7(snap: Snapshot, expected: list[Decision])
     assert decide(snap) == expected
 
 
-# Sharing strategies (SPEC.md 2, 3) --------------------------------------------------------
+# Sharing strategies (semantics.md 2, 3) --------------------------------------------------------
 
 
 def borrower_beside(lender_strategy: Strategy) -> Snapshot:
@@ -237,7 +237,7 @@ def test_borrow_limit(borrow_limit: int, expected: list[Decision]) -> None:
     assert decide(borrower_with_limit(borrow_limit)) == expected
 
 
-# The borrowing pass: FIFO by submission across shares (SPEC.md 5.4) ------------------------
+# The borrowing pass: FIFO by submission across shares (semantics.md 5.4) ------------------------
 
 
 def test_older_submission_borrows_first_across_shares() -> None:

@@ -1,4 +1,4 @@
-"""Warm pools in the scheduling cycle (SPEC.md 5.1, 5.3 and 6): housekeeping, reuse by a
+"""Warm pools in the scheduling cycle (docs/semantics.md 5.1, 5.3 and 6): housekeeping, reuse by a
 matching job, which pool is reused, and when a share's own pools are evicted.
 
 (Reclaim evicting other shares' pools before jobs is in test_cycle_reclaim.py.)
@@ -87,7 +87,7 @@ def test_expired_pool_is_not_reused_and_its_instances_serve_the_same_cycle() -> 
     assert decide(snap) == [expire("p"), dispatch("j", (0,))]
 
 
-# Reuse by a matching job (SPEC.md 6, Matching) ---------------------------------------------
+# Reuse by a matching job (semantics.md 6, Matching) ---------------------------------------------
 
 
 def test_matching_job_reuses_the_pool_without_raising_usage() -> None:
@@ -254,7 +254,7 @@ def test_borrowing_head_reuses_its_pool_with_no_free_instance() -> None:
     assert decide(snap) == [dispatch("s2", (1,), borrowed=1, warm_pool="p")]
 
 
-# Eviction of a share's own pools (SPEC.md 5.3, 6 Eviction) ---------------------------------
+# Eviction of a share's own pools (semantics.md 5.3, 6 Eviction) ---------------------------------
 
 
 def test_in_quota_head_evicts_its_own_soonest_expiring_non_matching_pool() -> None:

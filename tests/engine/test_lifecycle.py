@@ -1,4 +1,4 @@
-"""The pure lifecycle rules of scheduler/lifecycle.py, case by case (SPEC.md 4 and 6)."""
+"""The pure lifecycle rules of scheduler/lifecycle.py, case by case (docs/semantics.md 4 and 6)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Pending reasons and positions of the jobs a cycle leaves waiting (SPEC.md 4), and when
+"""Pending reasons and positions of the jobs a cycle leaves waiting (docs/semantics.md 4), and when
 a SetPendingReason is written.
 
 Notation in comments, per unit: C capacity, U(s) used, L(s) limit, B(s) borrow cap,

@@ -1,11 +1,11 @@
 """Random scenarios through the whole simulator, checked tick by tick with an accounting of
-SPEC.md 3 written from scratch here (nothing from scheduler.quota, .state or .cycle), and
+docs/semantics.md 3 written from scratch here (nothing from scheduler.quota, .state or .cycle), and
 checked at the end for consistent jobs, valid event sequences and determinism.
 
 Scenarios mix several units, multi-instance jobs, warm pools, grace periods, scripted
 failures of both kinds, checkpoints, and priority, keep-alive, share and capacity changes.
 Some also carry "disruptive" share changes (a strategy switch, a lowered limit or borrow
-limit), after which SPEC.md 3 only promises that a cycle never makes a broken invariant
+limit), after which docs/semantics.md 3 only promises that a cycle never makes a broken invariant
 worse; the strict invariants are checked up to the first of them.
 """
 
@@ -33,7 +33,7 @@ ACTIVE = frozenset({"SCHEDULED", "STARTING", "RUNNING"})
 UNLIMITED = -1
 
 
-# The accounting of SPEC.md 3, from scratch --------------------------------------------
+# The accounting of docs/semantics.md 3, from scratch --------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -194,7 +194,7 @@ class InvariantObserver:
 
 
 def job_problems(job: dict[str, Any], until: int) -> list[str]:
-    """A job's status agrees with its attempts (SPEC.md 4)."""
+    """A job's status agrees with its attempts (docs/semantics.md 4)."""
     name, status, attempts = job["name"], job["status"], job["attempts"]
     problems = []
     open_attempts = [i for i, a in enumerate(attempts) if a["outcome"] is None]

@@ -58,7 +58,7 @@ def test_an_attempt_that_ends_as_it_starts_leaves_no_idle_eligible_time() -> Non
 
 
 def test_a_lend_and_borrow_share_without_a_borrow_limit_borrows_without_limit() -> None:
-    """SPEC.md 2: borrow_limit defaults to −1 (unlimited); None must not read as 0."""
+    """docs/semantics.md 2: borrow_limit defaults to −1 (unlimited); None must not read as 0."""
     from scheduler import (
         CapacityUnit,
         Dispatch,

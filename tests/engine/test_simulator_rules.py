@@ -1,6 +1,6 @@
 """The simulator's lifecycle, end to end: small scenarios built as dicts, run through
 `run_scenario`, asserting on the events, jobs, usage rows and metrics they produce
-(SPEC.md 4 and 6; docs/scenario-format.md)."""
+(docs/semantics.md 4 and 6; docs/scenario-format.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The walkthrough of SPEC.md 7, run from the repository's scenario file.
+"""The walkthrough of docs/semantics.md 7, run from the repository's scenario file.
 
 Capacity 3 × ml.g5.xlarge. QS1: limit 1, LEND_AND_BORROW, borrow_limit 200, in-share
 preemption on. QS2: limit 1, LEND. QS3: limit 1, RESERVE. Three QS1 jobs arrive at t=0,
