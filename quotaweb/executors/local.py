@@ -215,19 +215,26 @@ class LocalProcess:
         return Outcome.FAILED, Failure.ALGORITHM_ERROR, f"Exit code {self.exit_code}"
 
 
+def live_group(entry: Path) -> int | None:
+    """The process group of /proc/<pid>, None for a zombie or a process gone."""
+    try:
+        # "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses.
+        fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        return None if fields[0] == "Z" else int(fields[2])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def sandboxed_members(group: int) -> list[int]:
     """The live processes of a process group that are not bubblewrap itself."""
     members = []
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
+        if not entry.name.isdigit() or live_group(entry) != group:
             continue
         try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            if int(fields[2]) != group or fields[0] == "Z":
-                continue
             if os.path.basename(os.readlink(entry / "exe")) == "bwrap":
                 continue
-        except (OSError, IndexError, ValueError):
+        except OSError:
             continue
         members.append(int(entry.name))
     return members

@@ -32,6 +32,7 @@ from ..models import Attempt, AttemptRank
 from ..models.jobs import JobStatus
 from ..scheduling import events
 from ..scheduling.attempts import AttemptAlreadyEnded, finish_attempt
+from ..scheduling.transitions import fail_on_platform
 
 if TYPE_CHECKING:
     from .instances import Role
@@ -132,7 +133,7 @@ def expire(now: datetime) -> None:
         "attempt__job__quota_share", "attempt__warm_pool"
     ).filter(attempt__outcome__isnull=True, exit_code__isnull=True,
              heartbeat_at__lt=now - lease):
-        _end(rank.attempt, LOST_RANK.format(rank=rank.rank, host=rank.host), now)
+        fail_on_platform(rank.attempt, now, LOST_RANK.format(rank=rank.rank, host=rank.host))
     timeout = timedelta(seconds=settings.QUOTAWEB["CLAIM_TIMEOUT_SECONDS"])
     short = Attempt.objects.select_related("job__quota_share", "warm_pool").annotate(
         started_ranks=Count("ranks")
@@ -142,13 +143,7 @@ def expire(now: datetime) -> None:
         started = set(AttemptRank.objects.filter(attempt=attempt).values_list("rank", flat=True))
         missing = ", ".join(str(r) for r in range(attempt.world_size) if r not in started)
         seconds = int(timeout.total_seconds())
-        _end(attempt, RANK_NOT_STARTED.format(ranks=missing, seconds=seconds), now)
-
-
-def _end(attempt: Attempt, reason: str, now: datetime) -> None:
-    with contextlib.suppress(AttemptAlreadyEnded):
-        finish_attempt(attempt, Outcome.FAILED, now, failure=Failure.PLATFORM_ERROR,
-                       reason=reason)
+        fail_on_platform(attempt, now, RANK_NOT_STARTED.format(ranks=missing, seconds=seconds))
 
 
 def orphans(host: str) -> list[AttemptRank]:

@@ -31,7 +31,7 @@ import shutil
 import signal
 import socket
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -48,7 +48,7 @@ from ..models.warm_pools import PoolStatus
 from ..scheduling import events
 from ..scheduling.attempts import AttemptAlreadyEnded, finish_attempt
 from . import ranks, registry
-from .local import LocalProcess
+from .local import LocalProcess, live_group
 from .paths import attempt_cache_directory, work_dir
 from .sandbox import isolation_problem
 
@@ -174,14 +174,19 @@ class Supervisor:
                 self._identity = None
 
     def _beat(self) -> None:
+        self._every_interval(self.heartbeat_once, "heartbeat")
+
+    def _every_interval(self, step: Callable[[], object], what: str) -> None:
+        """Run `step` every interval until stopped; a failure is logged and the next round
+        starts with a fresh database connection (Django opens one per thread)."""
         stopping = self._stopping
         try:
             while not stopping.wait(self.interval):
                 try:
                     close_old_connections()
-                    self.heartbeat_once()
+                    step()
                 except Exception:
-                    log.exception("heartbeat failed; trying again")
+                    log.exception("%s failed; trying again", what)
                     connection.close()
         finally:
             connection.close()
@@ -203,16 +208,7 @@ class Supervisor:
             self._processes[process.attempt_id] = process
 
     def _run(self) -> None:
-        try:
-            while not self._stopping.wait(self.interval):
-                try:
-                    close_old_connections()
-                    self.poll_once()
-                except Exception:
-                    log.exception("supervisor poll failed; trying again")
-                    connection.close()
-        finally:
-            connection.close()  # Django opened one for this thread
+        self._every_interval(self.poll_once, "supervisor poll")
 
     def poll_once(self) -> None:
         """One round: stop, end or heartbeat every owned attempt, ship its log lines."""
@@ -393,14 +389,12 @@ def kill_leftovers(attempts: Iterable[Attempt], pids: dict[int, int] | None = No
 
 
 def _group_owner(entry: Path, groups: dict[int, tuple[int, int]]) -> tuple[int, int] | None:
+    group = live_group(entry)
+    if group is None or group not in groups:
+        return None
     try:
-        # "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses.
-        fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        state, group = fields[0], int(fields[2])
-        if group not in groups or state == "Z":
-            return None
         environment = (entry / "environ").read_bytes().split(b"\0")
-    except (OSError, IndexError, ValueError):
+    except OSError:
         return None
     job_id, number = groups[group]
     wanted = {f"QUOTAWEB_JOB_ID={job_id}".encode(), f"QUOTAWEB_ATTEMPT={number}".encode()}

@@ -5,6 +5,7 @@ and attempts whose supervisor stopped heartbeating (a platform failure)."""
 
 from __future__ import annotations
 
+import contextlib
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -109,11 +110,15 @@ def _expire_leases(now: datetime) -> None:
         job__executor=Executor.LOCAL, pid__isnull=False, heartbeat_at__lt=now - lease,
     )
     for attempt in lost:
-        try:
-            finish_attempt(attempt, Outcome.FAILED, now, failure=Failure.PLATFORM_ERROR,
-                           reason=LOST_HEARTBEAT)
-        except AttemptAlreadyEnded:
-            continue
+        fail_on_platform(attempt, now, LOST_HEARTBEAT)
+
+
+def fail_on_platform(attempt: Attempt, now: datetime, reason: str) -> None:
+    """End an open attempt as a platform error (retried by the rules); one that ended
+    meanwhile stays as it ended."""
+    with contextlib.suppress(AttemptAlreadyEnded):
+        finish_attempt(attempt, Outcome.FAILED, now, failure=Failure.PLATFORM_ERROR,
+                       reason=reason)
 
 
 def _expire_unclaimed(now: datetime) -> None:
@@ -129,12 +134,8 @@ def _expire_unclaimed(now: datetime) -> None:
     )
     for attempt in stuck:
         seconds = int(timeout.total_seconds())
-        reason = f"No executor started it within {seconds} s: {why_unclaimed(attempt, now)}"
-        try:
-            finish_attempt(attempt, Outcome.FAILED, now, failure=Failure.PLATFORM_ERROR,
-                           reason=reason)
-        except AttemptAlreadyEnded:
-            continue
+        fail_on_platform(attempt, now, f"No executor started it within {seconds} s: "
+                                       f"{why_unclaimed(attempt, now)}")
 
 
 def _expire_ranks(now: datetime) -> None:

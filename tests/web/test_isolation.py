@@ -133,11 +133,13 @@ def test_a_command_cannot_read_the_workers_environment_or_see_its_processes(
     monkeypatch.setenv("DATABASE_URL", f"postgres://user:{SECRET}@db/quotaweb")
     output = run(
         'env; for f in /proc/[0-9]*/environ; do cat "$f" 2>/dev/null; done | tr "\\0" "\\n"; '
+        'cat /proc/$PPID/environ >/dev/null 2>&1 && echo read-parent || echo no-parent; '
         f'ls /proc | grep -c "^[0-9]" ; [ -e /proc/{os.getpid()}/environ ] '
         '&& echo sees-server || echo no-server')
     assert SECRET not in "\n".join(output)
     assert output[-1] == "no-server"
     assert int(output[-2]) < 10, "the job sees only its own few processes"
+    assert output[-3] == "no-parent", "its parent (the sandbox's init, root) is closed to it"
 
 
 def test_the_job_is_told_its_instances_and_sees_no_gpu_it_was_not_given(
