@@ -111,17 +111,34 @@ class _Cycle:
         changes nothing, so until some share's head would not be skipped, each round skips
         exactly each share's next job: every share advances by that many jobs.  (The rounds
         still count: a share's later jobs join the borrowing pass by them.)"""
+        state = self.state
         verdicts: dict[Key, bool] = {}
-        for head in self.state.heads():  # most often some head progresses: nothing to skip
-            if not self.skipped_in_a_quiet_round(head, verdicts):
-                return
+        # Each share's first run, as a lower bound of its quiet rounds: the fewest rounds
+        # are then found by walking further only the shares whose first run is shorter.
+        bounds: list[tuple[int, str]] = []
+        for share in state.share_names:
+            skipped = self.first_run_skipped(share, verdicts)
+            if skipped == 0:
+                return  # this share's head progresses: no round is quiet
+            if skipped is not None:
+                bounds.append((skipped, share))
         rounds: int | None = None  # None: every waiting job would be skipped
-        for share in self.state.share_names:
+        for bound, share in sorted(bounds):
+            if rounds is not None and bound >= rounds:
+                break
             quiet = self.quiet_rounds(share, verdicts, rounds)
             if quiet is not None and (rounds is None or quiet < rounds):
                 rounds = quiet
-        for share in self.state.share_names:
-            self.state.advance(share, rounds)
+        for share in state.share_names:
+            state.advance(share, rounds)
+
+    def first_run_skipped(self, share: str, verdicts: dict[Key, bool]) -> int | None:
+        """How many jobs of the share's first run with jobs still to place would be
+        skipped: 0 if its head progresses, None if the share has no job left."""
+        for _, count, job in self.state.upcoming_runs(share):
+            if job is not None:
+                return count if self.skipped_in_a_quiet_round(job, verdicts) else 0
+        return None
 
     def quiet_rounds(
         self, share: str, verdicts: dict[Key, bool], at_most: int | None
@@ -129,7 +146,9 @@ class _Cycle:
         """How many of the share's next heads would be skipped, one per round, before one
         that would not; None if all would, or if at least `at_most` would."""
         skipped = 0
-        for job, count in self.state.upcoming_runs(share):
+        for _, count, job in self.state.upcoming_runs(share):
+            if job is None:
+                continue
             if at_most is not None and skipped >= at_most:
                 return None
             if not self.skipped_in_a_quiet_round(job, verdicts):
@@ -143,9 +162,23 @@ class _Cycle:
         Alike heads fare alike, so the verdict is kept for the rest of the quiet rounds."""
         state = self.state
         share = state.share(head.quota_share)
+        key: Key
+        if not share.in_share_preemption and not state.pools[share.name]:
+            # The common case, without pools (no reuse, no evictions), written out: this
+            # runs for every share in every batch of quiet rounds.
+            account = state.ledger(head.instance_type).account(share.name)
+            count = head.instance_count
+            if account.used + count <= account.limit:
+                key = (share.name, head.instance_type, count, None, None)
+            else:
+                key = (head.instance_type, count, account.used, account.limit,
+                       account.strategy, account.borrow_cap)
+            verdict = verdicts.get(key)
+            if verdict is None:
+                verdict = verdicts[key] = not self.could_progress(head, None)
+            return verdict
         reuse = state.matching_pool(head)
         count = 0 if reuse is not None else head.instance_count
-        key: Key
         if share.in_share_preemption or state.in_quota_eligible(head):
             # Its own share's pools and jobs matter (in-share candidates, evictions, reclaim
             # from the others).
@@ -268,10 +301,14 @@ class _Cycle:
         """Heads that can only borrow are placed in submission order; none preempts."""
         state = self.state
         placed_any = False
+        # A head without a pool to reuse that finds too few free instances now never fits
+        # in this pass: placements only take instances.  Most rounds find none free.
         waiting = [
             (borrow_fifo_key(head), head)
             for head in state.heads()
-            if state.borrows_on_placement(head)
+            if (state.ledger(head.instance_type).free >= head.instance_count
+                or state.pools[head.quota_share])
+            and state.borrows_on_placement(head)
         ]
         heapq.heapify(waiting)
         while waiting:
@@ -295,6 +332,8 @@ class _Cycle:
         """Heads that still do not fit may preempt lower-priority work of their own share;
         a head that cannot is skipped for the rest of the cycle."""
         state = self.state
+        if not state.any_in_share_preemption:
+            return self.skip_heads_that_do_not_fit()
         progress = False
         for head in sorted(state.heads(), key=in_share_head_key):
             if state.head(head.quota_share) is not head:
@@ -311,6 +350,22 @@ class _Cycle:
                     self.commit(head, reuse, victims, PreemptionKind.IN_SHARE)
                     continue
             state.skip(head.quota_share)
+        return progress
+
+    def skip_heads_that_do_not_fit(self) -> bool:
+        """The in-share pass when no share may preempt in itself: nothing is placed, so
+        whether a head fits does not depend on the order the heads are served in."""
+        state = self.state
+        progress = False
+        for share in state.share_names:
+            head = state.head(share)
+            if head is None:
+                continue
+            count = 0 if state.pools[share] and state.matching_pool(head) else head.instance_count
+            if state.ledger(head.instance_type).fits(share, count):
+                continue  # something freed up: the next round's steps 3–4 place it
+            progress = True
+            state.skip(share)
         return progress
 
     def in_share_victims(

@@ -21,6 +21,8 @@ _by_sequence = attrgetter("sequence", "id")
 _by_priority = attrgetter("priority")
 _alike = attrgetter("instance_type", "instance_count", "priority", "match")
 
+Run = tuple[int, int, Job | None]  # start, jobs that may still be placed from there, first
+
 
 class CycleState:
     def __init__(self, snapshot: Snapshot) -> None:
@@ -29,6 +31,7 @@ class CycleState:
         self.capacity = {unit.name: unit for unit in snapshot.capacity}
         self.shares: dict[str, QuotaShare] = {share.name: share for share in snapshot.shares}
         self.share_names = sorted(self.shares)
+        self.any_in_share_preemption = any(s.in_share_preemption for s in snapshot.shares)
         self.queues: dict[str, list[Job]] = {name: [] for name in self.share_names}
         self.active: dict[str, dict[str, Job]] = defaultdict(dict)
         self.pools: dict[str, dict[str, WarmPool]] = {name: {} for name in self.share_names}
@@ -45,6 +48,7 @@ class CycleState:
         self._version = 0  # bumped whenever who holds what changes
         self._borrowers_holdings: dict[str, tuple[int, list[Holding]]] = {}
         self._run_starts: dict[str, list[int]] = {}
+        self._upcoming: dict[str, tuple[tuple[int, int], list[Run]]] = {}
         self._load(snapshot)
 
     # Building ---------------------------------------------------------------------------
@@ -155,17 +159,27 @@ class CycleState:
         if self.head(share) is not None:
             self.cursor[share] += 1
 
-    def upcoming_runs(self, share: str) -> Iterator[tuple[Job, int]]:
-        """The share's jobs from its head on, run by run, each run as its first job that
-        may still be placed in this cycle and how many such jobs it holds from the head on.
+    def upcoming_runs(self, share: str) -> list[Run]:
+        """The share's runs from its head on: each run's start, how many of its jobs from
+        there may still be placed in this cycle, and the first of those (None when there is
+        none: a blocked run, or one wholly placed).
 
         A run is a stretch of alike jobs (unit, size, priority, match): in a round that
-        changes nothing they all fare the same.  Blocked jobs cost no round and are left out.
+        changes nothing they all fare the same.  Blocked jobs cost no round.  Kept until the
+        cursor or the share's placed jobs change: after a preemption every share starts
+        again from its first job, and most shares' runs are then just as they were.
         """
+        key = (self.cursor[share], len(self._done_at[share]))
+        cached = self._upcoming.get(share)
+        if cached is not None and cached[0] == key:
+            return cached[1]
         queue = self.queues[share]
-        for start, count in self._stretches(share, self.cursor[share]):
-            if count:
-                yield self._first_not_done(queue, start), count
+        runs = [
+            (start, count, self._first_not_done(queue, start) if count else None)
+            for start, count in self._stretches(share, key[0])
+        ]
+        self._upcoming[share] = (key, runs)
+        return runs
 
     def advance(self, share: str, rounds: int | None) -> None:
         """Skip the share's next `rounds` heads, as that many rounds would (all if None)."""
@@ -173,7 +187,7 @@ class CycleState:
             return
         index = len(self.queues[share])  # past the last run, unless one outlasts the rounds
         if rounds is not None:
-            for start, count in self._stretches(share, self.cursor[share]):
+            for start, count, _ in self.upcoming_runs(share):
                 if count > rounds:
                     index = self._past(share, start, rounds)
                     break
