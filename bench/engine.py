@@ -5,10 +5,14 @@ Run by hand, never by tests:
     python bench/engine.py            # both shapes, 7 repetitions, then the simulation
     python bench/engine.py --quick    # 3 repetitions, 15,000-job shape only
     python bench/engine.py --profile  # cProfile of the 15,000-job fresh and steady cycles
+    python bench/engine.py --no-simulation  # the cycle tables only
 
 Prints a markdown table.  "fresh" is the first cycle (every job queued, nothing running);
 "steady" is the next cycle, at the same time, once the first cycle's dispatches are RUNNING
-and the waiting jobs carry the reasons they were given, so it mostly re-checks.
+and the waiting jobs carry the reasons they were given, so it mostly re-checks.  "Until
+settled" runs cycles at one instant until one changes nothing: a cycle that places more at
+once (docs/semantics.md 5.6, placed this cycle) costs more than one that leaves the work
+to later cycles, and this table compares what reaching the same placement costs.
 """
 
 from __future__ import annotations
@@ -129,6 +133,55 @@ def shape_rows(shape: Shape, repetitions: int) -> list[Row]:
     ]
 
 
+# Until the placement settles -------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Settling:
+    """Cycles at one instant, each from the state the previous left, until one changes
+    nothing: what it costs to reach the placement the queue settles on."""
+
+    shape: str
+    cycles: int
+    cpu_ms: float
+    dispatches: int
+    preemptions: int
+    running: int
+
+
+def settle(shape: Shape, most_cycles: int = 50) -> Settling:
+    """CPU time, not wall time, so that other load on the machine counts less.  A cycle
+    that undoes another's placement (a preemption) costs the victim its start: the
+    preemptions column says how many such a settling took."""
+    snapshot = queued_snapshot(shape)
+    cycles = dispatches = preemptions = 0
+    cpu = 0.0
+    while cycles < most_cycles:
+        gc.collect()
+        start = time.process_time()
+        result = schedule(snapshot)
+        cpu += time.process_time() - start
+        cycles += 1
+        placed = sum(isinstance(d, Dispatch) for d in result.decisions)
+        taken = sum(isinstance(d, Preempt) for d in result.decisions)
+        dispatches += placed
+        preemptions += taken
+        snapshot = after_cycle(snapshot, result)
+        if placed == 0 and taken == 0:
+            break
+    running = sum(job.instances != () for job in snapshot.jobs)
+    return Settling(shape.name, cycles, cpu * 1000, dispatches, preemptions, running)
+
+
+def print_settling_table(shapes: list[Shape]) -> None:
+    print("| shape, until settled | cycles | CPU ms | dispatches | preemptions | running |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    for shape in shapes:
+        row = settle(shape)
+        print(f"| {row.shape} | {row.cycles} | {row.cpu_ms:.0f} | {row.dispatches:,} "
+              f"| {row.preemptions:,} | {row.running:,} |")
+
+
 # The end-to-end simulation ----------------------------------------------------------------
 
 
@@ -210,6 +263,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="3 repetitions and the 15,000-job shape only")
     parser.add_argument("--profile", action="store_true",
                         help="only profile the 15,000-job fresh and steady cycles")
+    parser.add_argument("--no-simulation", action="store_true",
+                        help="leave out the 3,000-second simulation (the longest part)")
     args = parser.parse_args(argv)
     if args.profile:
         profile_cycles(BASELINE)
@@ -220,7 +275,10 @@ def main(argv: list[str] | None = None) -> int:
           f"median of {repetitions})\n")
     print_cycle_table([row for shape in shapes for row in shape_rows(shape, repetitions)])
     print()
-    print_simulation_table(BASELINE)
+    print_settling_table(shapes)
+    if not args.no_simulation:
+        print()
+        print_simulation_table(BASELINE)
     return 0
 
 
