@@ -165,14 +165,13 @@ class _Cycle:
         key: Key
         if not share.in_share_preemption and not state.pools[share.name]:
             # The common case, without pools (no reuse, no evictions), written out: this
-            # runs for every share in every batch of quiet rounds.
+            # runs for every share in every batch of quiet rounds.  The verdict then depends
+            # on the share's standing alone, even for a head in quota: it reclaims from the
+            # shares that borrow, and a share with room in its limit is not one of them, so
+            # every such share sees the same candidates.
             account = state.ledger(head.instance_type).account(share.name)
-            count = head.instance_count
-            if account.used + count <= account.limit:
-                key = (share.name, head.instance_type, count, None, None)
-            else:
-                key = (head.instance_type, count, account.used, account.limit,
-                       account.strategy, account.borrow_cap)
+            key = (head.instance_type, head.instance_count, account.used, account.limit,
+                   account.strategy, account.borrow_cap)
             verdict = verdicts.get(key)
             if verdict is None:
                 verdict = verdicts[key] = not self.could_progress(head, None)

@@ -49,6 +49,7 @@ class CycleState:
         self._borrowers_holdings: dict[str, tuple[int, list[Holding]]] = {}
         self._run_starts: dict[str, list[int]] = {}
         self._upcoming: dict[str, tuple[tuple[int, int], list[Run]]] = {}
+        self._heads: dict[str, Job | None] = {}  # see head()
         self._load(snapshot)
 
     # Building ---------------------------------------------------------------------------
@@ -137,7 +138,12 @@ class CycleState:
     # Heads ------------------------------------------------------------------------------
 
     def head(self, share: str) -> Job | None:
-        """The share's first queued job not yet placed, preempted, blocked or skipped."""
+        """The share's first queued job not yet placed, preempted, blocked or skipped.
+
+        Kept until the share's cursor moves or one of its jobs is placed: every pass of
+        every round asks each share for its head."""
+        if share in self._heads:
+            return self._heads[share]
         queue = self.queues[share]
         index = self.cursor[share]
         while index < len(queue) and (
@@ -145,7 +151,8 @@ class CycleState:
         ):
             index += 1
         self.cursor[share] = index
-        return queue[index] if index < len(queue) else None
+        head = self._heads[share] = queue[index] if index < len(queue) else None
+        return head
 
     def heads(self) -> Iterator[Job]:
         for share in self.share_names:
@@ -158,6 +165,7 @@ class CycleState:
         share's next job becomes its head in the next round."""
         if self.head(share) is not None:
             self.cursor[share] += 1
+            del self._heads[share]
 
     def upcoming_runs(self, share: str) -> list[Run]:
         """The share's runs from its head on: each run's start, how many of its jobs from
@@ -193,6 +201,7 @@ class CycleState:
                     break
                 rounds -= count
         self.cursor[share] = index
+        self._heads.pop(share, None)
 
     def _stretches(self, share: str, index: int) -> Iterator[tuple[int, int]]:
         """From `index` on, each run's start and how many of its jobs from there may still
@@ -252,6 +261,7 @@ class CycleState:
         """A preemption or eviction may have freed room: skipped heads get another try."""
         for share in self.share_names:
             self.cursor[share] = 0
+        self._heads.clear()
 
     # Warm pools -------------------------------------------------------------------------
 
@@ -407,6 +417,7 @@ class CycleState:
             index = queue.index(job)
         insort(self._done_at[share], index)
         self.done.add(job.id)
+        self._heads.pop(share, None)
 
     def _take(self, unit: str, count: int) -> tuple[int, ...]:
         """The lowest-numbered free instances (docs/semantics.md 1)."""
