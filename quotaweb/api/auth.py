@@ -18,7 +18,7 @@ from ninja.security import APIKeyCookie, HttpBearer
 from ninja.utils import check_csrf
 
 from ..models import ApiToken
-from ..realtime.serializers import iso
+from ..read_model.times import iso
 from ..services.permissions import can_read, is_admin
 from .errors import ApiError
 

@@ -9,7 +9,7 @@ from typing import Any
 from django.db.models import QuerySet
 
 from ..models import CapacityUnit, QuotaShare
-from ..realtime.serializers import FIGURES, latest_usage_rows
+from ..read_model.usage import FIGURES, latest_usage_rows
 
 
 def capacity_dict() -> dict[str, Any]:

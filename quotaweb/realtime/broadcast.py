@@ -27,7 +27,8 @@ from asgiref.sync import async_to_sync, sync_to_async
 from channels.layers import BaseChannelLayer, get_channel_layer
 
 from ..models import SchedulerState
-from . import serializers
+from ..read_model.events import event_dict, event_rows
+from ..read_model.usage import usage_dict, usage_rows
 from .consumers import GROUP
 
 PAYLOADS_PER_MESSAGE = 50
@@ -88,13 +89,13 @@ def read_batch(limit: int) -> Batch:
     """Up to `limit` events and `limit` samples after the cursors, events first.  Three
     queries, whatever the number of rows."""
     state = SchedulerState.get()
-    events = list(serializers.event_rows().filter(id__gt=state.broadcast_cursor)[:limit])
-    samples = list(serializers.usage_rows().filter(id__gt=state.usage_cursor)[:limit])
+    events = list(event_rows().filter(id__gt=state.broadcast_cursor)[:limit])
+    samples = list(usage_rows().filter(id__gt=state.usage_cursor)[:limit])
     payloads: list[Payload] = [
-        {"type": "event", "event": serializers.event_dict(event)} for event in events
+        {"type": "event", "event": event_dict(event)} for event in events
     ]
     if samples:
-        payloads.append({"type": "usage", "samples": [serializers.usage_dict(s) for s in samples]})
+        payloads.append({"type": "usage", "samples": [usage_dict(s) for s in samples]})
     return Batch(
         event_cursor=state.broadcast_cursor,
         usage_cursor=state.usage_cursor,

@@ -19,8 +19,11 @@ from django.db import connection, transaction
 from django.db.models import Max, Min
 
 from ..models import Event
+from ..read_model.events import event_dict, event_rows
+from ..read_model.jobs import active_job_rows, job_summary_dict
+from ..read_model.pools import live_pool_dict, live_pool_rows
+from ..read_model.usage import latest_usage_rows, usage_dict
 from ..services import permissions
-from . import serializers
 
 # A reconnect that missed more events than this gets a snapshot instead: replaying
 # thousands of events to many sockets at once would crowd out everything else.
@@ -40,7 +43,7 @@ def on_connect(after: int | None, viewer: Any = None) -> list[Message]:
     with _consistent_reads():
         bounds = Event.objects.aggregate(first=Min("id"), last=Max("id"))
         if after is not None and _in_log(after, bounds["first"], bounds["last"]):
-            missed = list(serializers.event_rows().filter(id__gt=after)[: MAX_REPLAY + 1])
+            missed = list(event_rows().filter(id__gt=after)[: MAX_REPLAY + 1])
             if len(missed) <= MAX_REPLAY:
                 return [event_message(event) for event in missed]
         return snapshot(bounds["last"] or 0, permissions.share_ids_with_secrets(viewer))
@@ -64,11 +67,9 @@ def snapshot(last_event_id: int, secret_shares: frozenset[int] | None = frozense
     PART_ROWS jobs and PART_ROWS pools, numbered `part` 1..`parts`; together they are the
     snapshot, and the usage comes in the first.  A pool's cache directory is shown only
     for the shares in `secret_shares` (None: all)."""
-    usage = [serializers.usage_dict(s) for s in serializers.latest_usage_rows()]
-    jobs = [serializers.job_summary_dict(j) for j in serializers.active_job_rows()]
-    pools = [serializers.warm_pool_dict(p, reveal_cache=secret_shares is None
-                                        or p.quota_share_id in secret_shares)
-             for p in serializers.live_pool_rows()]
+    usage = [usage_dict(s) for s in latest_usage_rows()]
+    jobs = [job_summary_dict(j) for j in active_job_rows()]
+    pools = [live_pool_dict(p, secret_shares) for p in live_pool_rows()]
     parts = max(1, -(-len(jobs) // PART_ROWS), -(-len(pools) // PART_ROWS))
     return [
         {
@@ -85,7 +86,7 @@ def snapshot(last_event_id: int, secret_shares: frozenset[int] | None = frozense
 
 
 def event_message(event: Event) -> Message:
-    return {"type": "event", "event": serializers.event_dict(event)}
+    return {"type": "event", "event": event_dict(event)}
 
 
 @contextmanager

@@ -6,7 +6,7 @@ job under a row lock, and writes its event, so it is serialised with the schedul
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, TypeAlias
 
 from django.conf import settings
@@ -21,6 +21,7 @@ from ..models import Attempt, Job, QuotaShare, WarmPool, WarmPoolSegment
 from ..models.jobs import ACTIVE_STATUSES, Executor, JobStatus
 from ..models.shares import ShareState
 from ..models.warm_pools import PoolStatus
+from ..read_model.times import iso
 from ..scheduling import events
 from ..scheduling.attempts import end_available_pool, end_pool_instances, settle
 from ..scheduling.clock import from_engine
@@ -319,15 +320,10 @@ def _keep_alive_of_available_pool(job: Job, seconds: int, now: datetime) -> None
     WarmPool.objects.filter(pk=pool.pk).update(expires_at=expires_at)
     Job.objects.filter(pk=job.pk).update(keep_alive_seconds=seconds)
     events.record("WARM_POOL_UPDATED", job=job, time=now,
-                  details={"keep_alive_seconds": seconds, "expires_at": iso(expires_at)})
+                  details={"keep_alive_seconds": seconds, "expires_at": iso(expires_at, "auto")})
     if expires_at <= now:
         pool.refresh_from_db()
         end_available_pool(pool, PoolTermination.USER, now)
-
-
-def iso(moment: datetime) -> str:
-    """docs/api.md's time format: ISO 8601 UTC with a Z."""
-    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 __all__ = [

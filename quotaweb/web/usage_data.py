@@ -12,8 +12,8 @@ from django.db.models import Count, Max, OuterRef, Q, Subquery
 
 from ..models import CapacityLimit, CapacityUnit, Event, Job, QuotaShare, UsageSample
 from ..models.jobs import QUEUED_STATUSES
-from ..realtime import serializers
-from ..realtime.serializers import FIGURES
+from ..read_model.times import iso
+from ..read_model.usage import FIGURES, latest_usage_rows, usage_dict, usage_rows
 from . import figures, grace
 from .ranges import TimeRange
 from .series import downsample, integrate
@@ -54,7 +54,7 @@ def latest_figures() -> dict[str, dict[str, int]]:
     """series key → the figures of its newest sample."""
     return {figures.series_key(s.quota_share.name, s.capacity_unit):
             {figure: getattr(s, figure) for figure in FIGURES}
-            for s in serializers.latest_usage_rows()}
+            for s in latest_usage_rows()}
 
 
 def queued_jobs() -> dict[str, int]:
@@ -130,7 +130,7 @@ def timeline_samples(
     if share is not None:
         limits = limits.filter(quota_share=share)
     baseline = limits.annotate(sample=Subquery(before)).values("sample")
-    rows = serializers.usage_rows().filter(quota_share__deleted_at__isnull=True).filter(
+    rows = usage_rows().filter(quota_share__deleted_at__isnull=True).filter(
         Q(id__in=baseline) | Q(time__gte=since, time__lte=now))
     if share is not None:
         rows = rows.filter(quota_share=share)
@@ -140,10 +140,10 @@ def timeline_samples(
         samples = long_range_samples(rows, since, now)
     else:
         newest = list(rows.order_by("-id")[:MAX_SAMPLES])
-        samples = [serializers.usage_dict(sample) for sample in reversed(newest)]
+        samples = [usage_dict(sample) for sample in reversed(newest)]
     for sample in samples:
-        if sample["time"] < serializers.iso(since):
-            sample["time"] = serializers.iso(since)
+        if sample["time"] < iso(since):
+            sample["time"] = iso(since)
     return samples
 
 
@@ -161,7 +161,7 @@ def long_range_samples(rows: Any, since: datetime, until: datetime) -> list[Row]
     for series in by_series.values():
         samples += downsample(series, FIGURES, since, until, POINTS_PER_SERIES)
     samples.sort(key=lambda row: (row["time"], row["id"]))
-    return [{**row, "time": serializers.iso(row["time"])} for row in samples]
+    return [{**row, "time": iso(row["time"])} for row in samples]
 
 
 def preemption_markers(
@@ -187,7 +187,7 @@ def preemption_markers(
         kind = event.details.get("kind", "")
         by_name, by_share = preemptors.get(event.details.get("preempted_by"), ("?", None))
         marker = {
-            "time": serializers.iso(event.time), "quota_share": event.quota_share,
+            "time": iso(event.time), "quota_share": event.quota_share,
             "capacity_unit": event.job.instance_type if event.job else "", "kind": kind,
             "job_name": event.job.name if event.job else "?", "preempted_by_name": by_name,
         }
@@ -224,8 +224,8 @@ def stopping_periods(now: datetime, share: QuotaShare | None = None,
                      since: datetime | None = None) -> list[Row]:
     """Grace periods since `since` (the last HISTORY by default; of one share's victims,
     or all), as the timelines draw them (figures.timeline_figure's `stops`)."""
-    return [{**stop, "since": serializers.iso(stop["since"]),
-             "until": serializers.iso(stop["until"])}
+    return [{**stop, "since": iso(stop["since"]),
+             "until": iso(stop["until"])}
             for stop in grace.grace_periods(now, since or now - HISTORY)
             if share is None or stop["quota_share"] == share.name]
 

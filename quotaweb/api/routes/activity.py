@@ -10,10 +10,9 @@ from django.utils import timezone
 from ninja import Query, Router, Schema
 from pydantic import Field, StringConstraints
 
-from ...models import WarmPool
-from ...models.warm_pools import WarmPoolSegment
-from ...realtime.serializers import event_rows, usage_dict, usage_rows
-from ...services.billing import pool_billable_seconds, with_chain_billing
+from ...read_model import pools
+from ...read_model.events import event_dict, event_rows
+from ...read_model.usage import usage_dict, usage_rows
 from ...services.permissions import share_ids_with_secrets
 from ...services.search import filter_events
 from ..auth import current_user
@@ -73,8 +72,7 @@ class EventFilters(Schema):
 @router.get("/warm-pools", response={200: WarmPoolListOut, **error_responses(READ_ERRORS)},
             operation_id="list_warm_pools", summary="List warm pools, newest first")
 def list_warm_pools(request: HttpRequest, filters: Query[PoolFilters]) -> dict[str, Any]:
-    rows = with_chain_billing(WarmPool.objects.select_related(
-        "quota_share", "owner", "owner__warm_pool_segment")).order_by("-id")
+    rows = pools.pool_rows().order_by("-id")
     if filters.status:
         rows = rows.filter(status__in=filters.status)
     if filters.quota_share is not None:
@@ -84,37 +82,9 @@ def list_warm_pools(request: HttpRequest, filters: Query[PoolFilters]) -> dict[s
     page = list(rows[: filters.limit + 1])
     more = len(page) > filters.limit
     page = page[: filters.limit]
-    now = timezone.now()
-    secret_shares = share_ids_with_secrets(current_user(request))
-    return {"warm_pools": [pool_dict(pool, now, secret_shares) for pool in page],
+    view = pools.View(timezone.now(), share_ids_with_secrets(current_user(request)))
+    return {"warm_pools": [pools.pool_dict(pool, view) for pool in page],
             "next_cursor": encode_cursor(page[-1].id) if more else None}
-
-
-def pool_dict(pool: WarmPool, now: datetime,
-              secret_shares: frozenset[int] | None = frozenset()) -> dict[str, Any]:
-    """A pool as listed; its cache directory (an absolute path on its host) only for the
-    shares in `secret_shares` (None: all), else null."""
-    try:
-        segment: WarmPoolSegment | None = pool.owner.warm_pool_segment
-    except WarmPoolSegment.DoesNotExist:
-        segment = None
-    return {
-        "id": pool.id,
-        "quota_share": pool.quota_share.name,
-        "instance_type": pool.instance_type,
-        "instance_count": pool.instance_count,
-        "status": pool.status,
-        "job": pool.owner_id,
-        "job_name": pool.owner.name,
-        "keep_alive_seconds": segment.keep_alive_seconds if segment else None,
-        "expires_at": pool.expires_at,
-        "created_at": pool.created_at,
-        # The whole chain's billable time, as the warm-pools page shows it.
-        "retained_billable_seconds": pool_billable_seconds(pool, now),
-        "cache_directory": pool.cache_directory
-        if secret_shares is None or pool.quota_share_id in secret_shares else None,
-        "termination_reason": pool.termination_reason,
-    }
 
 
 @router.get("/usage", response={200: UsageOut, **error_responses(READ_ERRORS)},
@@ -161,9 +131,5 @@ def list_events(request: HttpRequest, filters: Query[EventFilters]) -> dict[str,
         until=as_utc(filters.until) if filters.until is not None else None)
     if filters.after is not None:
         rows = rows.filter(id__gt=filters.after)
-    return {"events": [
-        {"id": e.id, "time": e.time, "type": e.type, "job": e.job_id,
-         "job_name": e.job.name if e.job is not None else None,
-         "quota_share": e.quota_share, "details": e.details}
-        for e in rows[: filters.limit]
-    ]}
+    # Times as datetimes: the response schema writes them (schemas.common.UtcTime).
+    return {"events": [{**event_dict(e), "time": e.time} for e in rows[: filters.limit]]}

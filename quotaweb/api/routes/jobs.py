@@ -11,6 +11,7 @@ from ninja.responses import Status
 from pydantic import Field, StringConstraints
 
 from ...models import Job, LogLine
+from ...read_model.jobs import Reader, job_dicts, job_rows, new_job_dict, single_job_dict
 from ...services import batch as batch_services
 from ...services import jobs as job_services
 from ...services.errors import NotFound, ValidationFailed
@@ -18,7 +19,6 @@ from ...services.permissions import can_see_job_secrets
 from ...services.search import filter_jobs
 from ..auth import current_user
 from ..errors import READ_ERRORS, WRITE_ERRORS, ApiError, error_responses
-from ..job_representation import Reader, job_dicts, job_rows, new_job_dict, single_job_dict
 from ..pagination import decode_cursor, encode_cursor
 from ..schemas.common import MAX_ID, IsoTime, ShareName
 from ..schemas.jobs import (

@@ -27,7 +27,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from ...realtime.serializers import iso
+from ...read_model.times import iso
 from ...services import values
 
 # ISO 8601 in UTC with a Z, as the websocket writes times.

@@ -20,7 +20,7 @@ from django.views.decorators.http import require_POST
 
 from ...models import Job
 from ...models.warm_pools import PoolStatus
-from ...realtime.serializers import pending_reason
+from ...read_model.positions import position
 from ...services import batch as batch_service
 from ...services import jobs as job_service
 from ...services.billing import segment_billable_seconds
@@ -44,15 +44,13 @@ def status_context(job: Job) -> dict[str, Any]:
     segment = job_data.segment(job)
     since = segment.available_since if segment and segment.status == PoolStatus.AVAILABLE \
         else None
-    position = job_data.queue_positions([job.quota_share_id]).get(job.pk)
+    row = job_data.job_row(job, position(job), grace.stopping(now, [job.pk]),
+                           grace.waiting(now, [job]))
     return {
-        "job": job, "attempts": attempts, "segment": segment,
-        "pending": pending_reason(job), "position": position,
+        **row, "attempts": attempts, "segment": segment,
         "preemptions": [a for a in attempts if a.outcome == "PREEMPTED"],
         "billable_seconds": segment_billable_seconds(segment, now) if segment else 0.0,
         "billable_since": since,
-        "stopping": grace.stopping(now, [job.pk]).get(job.pk),
-        "waiting": grace.waiting(now, [job]).get(job.pk),
     }
 
 

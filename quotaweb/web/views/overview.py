@@ -10,7 +10,8 @@ from django.shortcuts import render
 from django.utils import timezone
 
 from ...models import QuotaShare
-from ...realtime import serializers
+from ...read_model.events import event_dict, event_rows
+from ...read_model.usage import usage_dict, usage_rows
 from .. import fleet_data, host_data, job_data, usage_data
 from .common import live_config, timeline_range
 
@@ -28,8 +29,8 @@ def overview(request: HttpRequest) -> HttpResponse:
     now = timezone.now()
     config = live_config()  # first: the page's state is at least as new as these ids
     ranged = timeline_range(request)
-    events = [serializers.event_dict(event) for event in
-              serializers.event_rows().filter(id__lte=config["last_event_id"])
+    events = [event_dict(event) for event in
+              event_rows().filter(id__lte=config["last_event_id"])
               .order_by("-id")[:RECENT_EVENTS]]
     return render(request, "quotaweb/overview.html", {
         "live": config,
@@ -94,6 +95,6 @@ def usage_after(request: HttpRequest) -> JsonResponse:
         after = int(request.GET.get("after", "0"))
     except ValueError:
         after = 0
-    rows = list(serializers.usage_rows().filter(id__gt=after)[:MAX_USAGE_GAP])
-    return JsonResponse({"samples": [serializers.usage_dict(row) for row in rows],
+    rows = list(usage_rows().filter(id__gt=after)[:MAX_USAGE_GAP])
+    return JsonResponse({"samples": [usage_dict(row) for row in rows],
                          "more": len(rows) == MAX_USAGE_GAP})

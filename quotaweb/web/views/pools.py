@@ -16,11 +16,12 @@ from django.views.decorators.http import require_POST
 
 from ...models import CapacityUnit, QuotaShare, WarmPool
 from ...models.warm_pools import PoolStatus
+from ...read_model import pools as pool_model
 from ...services import configuration
 from ...services import jobs as job_service
 from ...services.errors import ServiceError
 from ...services.permissions import can_manage_configuration, can_write_share
-from .. import host_data, job_data
+from .. import host_data
 from ..forms import CapacityUnitForm, KeepAliveForm, show_errors
 from .common import live_config
 
@@ -28,13 +29,13 @@ from .common import live_config
 def _pools_context(request: HttpRequest, errors: dict[int, list[str]] | None = None
                    ) -> dict[str, Any]:
     now = timezone.now()
-    live = job_data.pool_rows(now, live=True)
+    live = pool_model.page_rows(now, live=True)
     for row in live:
         pool = row["pool"]
         row["can_change"] = (pool.status == PoolStatus.AVAILABLE
                              and can_write_share(request.user, pool.quota_share))
         row["errors"] = (errors or {}).get(pool.pk, [])
-    return {"pools": live, "ended": job_data.pool_rows(now, live=False)}
+    return {"pools": live, "ended": pool_model.page_rows(now, live=False)}
 
 
 @login_required

@@ -13,7 +13,7 @@ from django.shortcuts import render
 
 from ...models import Job, QuotaShare
 from ...models.jobs import JobStatus
-from ...realtime import serializers
+from ...read_model.events import event_dict, event_rows
 from ...services.search import filter_events, filter_jobs
 from ..ranges import parse_moment
 
@@ -75,11 +75,11 @@ def events(request: HttpRequest) -> HttpResponse:
     problems: list[str] = []
     types = [t for t in params.getlist("type") if t in EVENT_TYPES]
     found = filter_events(
-        serializers.event_rows().order_by("-id"), quota_share=params.get("quota_share"),
+        event_rows().order_by("-id"), quota_share=params.get("quota_share"),
         types=types, job_name=params.get("job_name", "").strip(), user=params.get("user"),
         **_times(params, problems))
     page = Paginator(found, EVENTS_PER_PAGE).get_page(params.get("page"))
-    rows = [{**serializers.event_dict(event), "when": event.time} for event in page.object_list]
+    rows = [{**event_dict(event), "when": event.time} for event in page.object_list]
     return render(request, "quotaweb/events.html", {
         "page": page, "rows": rows, "problems": problems, "types": EVENT_TYPES,
         "chosen_types": types, **_choices(params),
