@@ -11,6 +11,7 @@ from django.http import HttpRequest, JsonResponse
 from django.utils import timezone
 
 from .models import SchedulerState
+from .read_model.times import iso
 
 STALE_AFTER_SECONDS = 10
 PROBE_SECONDS = 2
@@ -58,7 +59,7 @@ def healthz(request: HttpRequest) -> JsonResponse:
         {
             "database": database,
             "channel_layer": channel_layer,
-            "last_cycle_at": last.isoformat().replace("+00:00", "Z") if last else None,
+            "last_cycle_at": iso(last, "auto"),
             "cycle_ms": state.last_cycle_ms if state else None,
         },
         status=200 if healthy else 503,

@@ -87,20 +87,15 @@ def pending_reason(job: Job) -> dict[str, str] | None:
     return {"code": job.pending_code, "message": message}
 
 
+# An attempt's fields as stored, in docs/api.md's order; `preempted_by` (the preemptor's id)
+# comes last.
+ATTEMPT_COLUMNS = ("number", "scheduled_at", "started_at", "stopped_at", "outcome",
+                   "borrowed_instances", "warm_start", "status_reason", "failure", "kind")
+
+
 def attempt_dict(attempt: Attempt) -> dict[str, Any]:
-    return {
-        "number": attempt.number,
-        "scheduled_at": attempt.scheduled_at,
-        "started_at": attempt.started_at,
-        "stopped_at": attempt.stopped_at,
-        "outcome": attempt.outcome,
-        "borrowed_instances": attempt.borrowed_instances,
-        "warm_start": attempt.warm_start,
-        "status_reason": attempt.status_reason,
-        "failure": attempt.failure,
-        "kind": attempt.kind,
-        "preempted_by": attempt.preempted_by_id,
-    }
+    return {**{name: getattr(attempt, name) for name in ATTEMPT_COLUMNS},
+            "preempted_by": attempt.preempted_by_id}
 
 
 def preemption_summary(job: Job, attempts: Iterable[Attempt]) -> dict[str, Any]:
