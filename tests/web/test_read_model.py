@@ -39,7 +39,7 @@ def test_the_pages_show_the_representations_position_and_pending_reason(
     second = job("QS1", status="RUNNABLE", priority=1)
     rows = {row["job"].pk: row for row in job_data.open_jobs()}
     for queued, place in ((first, 1), (second, 2)):
-        api = jobs.single_job_dict(Job.objects.get(pk=queued.pk), jobs.Reader.of_share(0))
+        api = jobs.single_job_dict(Job.objects.get(pk=queued.pk), jobs.Reader(world.users["other"]))
         assert rows[queued.pk]["position"] == api["position"] == place
         assert rows[queued.pk]["pending"] == api["pending_reason"]
     assert rows[first.pk]["pending"]["code"] == "BORROW_LIMIT_REACHED"
