@@ -2,18 +2,8 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
+from .choices import JobStatus, Outcome
 from .shares import QuotaShare
-
-
-class JobStatus(models.TextChoices):
-    SUBMITTED = "SUBMITTED"
-    RUNNABLE = "RUNNABLE"
-    SCHEDULED = "SCHEDULED"
-    STARTING = "STARTING"
-    RUNNING = "RUNNING"
-    SUCCEEDED = "SUCCEEDED"
-    FAILED = "FAILED"
-
 
 ACTIVE_STATUSES = (JobStatus.SCHEDULED, JobStatus.STARTING, JobStatus.RUNNING)
 QUEUED_STATUSES = (JobStatus.SUBMITTED, JobStatus.RUNNABLE)
@@ -89,13 +79,6 @@ class Job(models.Model):
     @property
     def is_terminal(self) -> bool:
         return self.status in TERMINAL_STATUSES
-
-
-class Outcome(models.TextChoices):
-    SUCCEEDED = "SUCCEEDED"
-    FAILED = "FAILED"
-    PREEMPTED = "PREEMPTED"
-    TERMINATED = "TERMINATED"
 
 
 class Attempt(models.Model):

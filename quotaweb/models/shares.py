@@ -3,20 +3,11 @@ from django.core.validators import MaxValueValidator, MinValueValidator, RegexVa
 from django.db import models
 from django.db.models import Q
 
+from .choices import ShareState, Strategy
+
 NAME = RegexValidator(r"^[A-Za-z0-9_-]{1,128}$", "Use 1-128 of A-Z a-z 0-9 _ -.")
 DEFAULT_MAX_QUEUED_JOBS = 1000
 DEFAULT_MAX_SUBMISSIONS_PER_MINUTE = 120
-
-
-class Strategy(models.TextChoices):
-    RESERVE = "RESERVE"
-    LEND = "LEND"
-    LEND_AND_BORROW = "LEND_AND_BORROW"
-
-
-class ShareState(models.TextChoices):
-    ENABLED = "ENABLED"
-    DISABLED = "DISABLED"
 
 
 class LiveShares(models.Manager["QuotaShare"]):

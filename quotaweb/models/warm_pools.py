@@ -1,22 +1,8 @@
 from django.db import models
 
+from .choices import PoolStatus, PoolTermination
 from .jobs import Job
 from .shares import QuotaShare
-
-
-class PoolStatus(models.TextChoices):
-    IN_USE = "InUse"
-    AVAILABLE = "Available"
-    REUSED = "Reused"
-    TERMINATED = "Terminated"
-
-
-class PoolTermination(models.TextChoices):
-    EXPIRED = "EXPIRED"
-    USER = "USER"
-    EVICTED = "EVICTED"
-    MAX_LIFETIME = "MAX_LIFETIME"
-    LIMIT_EXCEEDED = "LIMIT_EXCEEDED"
 
 
 class WarmPool(models.Model):

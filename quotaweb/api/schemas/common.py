@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Annotated, Any
+from enum import Enum
+from typing import Annotated, Any, Literal
 
 from ninja import Schema
 from pydantic import (
@@ -51,6 +52,12 @@ def _iso_only(value: Any) -> Any:
 
 # A time given in a query string.
 IsoTime = Annotated[datetime, BeforeValidator(_iso_only)]
+
+def literal_of(enum: type[Enum]) -> Any:
+    """`Literal[...]` of an enum's values: an engine enum is the one source of a status's
+    spellings, and the OpenAPI schema still lists them inline, as docs/api.md shows them."""
+    return Literal[tuple(member.value for member in enum)]
+
 
 SHARE_NAME = values.NAME.pattern
 UNIT_NAME = values.UNIT.pattern

@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 from ninja import Schema
 from pydantic import Field
+
+from scheduler.model import ShareState as EngineShareState
+from scheduler.model import Strategy as EngineStrategy
 
 from ...models.shares import DEFAULT_MAX_QUEUED_JOBS, DEFAULT_MAX_SUBMISSIONS_PER_MINUTE
 from ...services.configuration import MAX_BORROW_LIMIT, MAX_KEEP_ALIVE_SECONDS, MAX_LIMITS
 from ...services.values import MAX_INT
-from .common import RequestBody, UnitName, Username
+from .common import RequestBody, UnitName, Username, literal_of
 
-Strategy = Literal["RESERVE", "LEND", "LEND_AND_BORROW"]
-ShareState = Literal["ENABLED", "DISABLED"]
+Strategy = literal_of(EngineStrategy)
+ShareState = literal_of(EngineShareState)
 NATURAL = {"minimum": 0, "maximum": MAX_INT}
 BORROW_LIMIT = {"minimum": -1, "maximum": MAX_BORROW_LIMIT,
                 "description": "LEND_AND_BORROW only: percent of each limit that may be "

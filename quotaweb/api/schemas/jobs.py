@@ -3,23 +3,28 @@ docs/api.md (Jobs)."""
 
 from __future__ import annotations
 
-from typing import Literal
-
 from ninja import Schema
 from pydantic import Field
 
+from scheduler.decisions import PoolTermination as EnginePoolTermination
+from scheduler.decisions import PreemptionKind as EnginePreemptionKind
+from scheduler.lifecycle import Outcome as EngineOutcome
+from scheduler.lifecycle import PoolStatus as EnginePoolStatus
+from scheduler.model import JobStatus as EngineJobStatus
+
+from ...models.jobs import Executor
 from ...services.batch import MAX_BATCH
 from ...services.jobs import MAX_CLIENT_TOKEN
 from ...services.submission import MAX_PRIORITY, MAX_RETRY_ATTEMPTS
 from ...services.values import MAX_INT
-from .common import RequestBody, ShareName, UtcTime
+from .common import RequestBody, ShareName, UtcTime, literal_of
 
-JobStatus = Literal["SUBMITTED", "RUNNABLE", "SCHEDULED", "STARTING", "RUNNING", "SUCCEEDED",
-                    "FAILED"]
-Outcome = Literal["SUCCEEDED", "FAILED", "PREEMPTED", "TERMINATED"]
-PreemptionKind = Literal["CROSS_SHARE", "IN_SHARE"]
-PoolStatus = Literal["InUse", "Available", "Reused", "Terminated"]
-PoolTermination = Literal["EXPIRED", "USER", "EVICTED", "MAX_LIFETIME", "LIMIT_EXCEEDED"]
+JobStatus = literal_of(EngineJobStatus)
+Outcome = literal_of(EngineOutcome)
+PreemptionKind = literal_of(EnginePreemptionKind)
+PoolStatus = literal_of(EnginePoolStatus)
+PoolTermination = literal_of(EnginePoolTermination)
+ExecutorName = literal_of(Executor)
 
 PRIORITY = {"minimum": 0, "maximum": MAX_PRIORITY}
 KEEP_ALIVE = {"minimum": 0, "maximum": 3600,
@@ -158,7 +163,7 @@ class JobOut(Schema):
     retry_attempts: int
     preemption_retries_before_termination: int | None
     max_runtime_seconds: int
-    executor: Literal["simulated", "local"]
+    executor: ExecutorName
     command: str | None = Field(description="null unless you are a member of the job's "
                                             "share or an administrator, or for a simulated job.")
     environment: dict[str, str] | None = Field(
