@@ -11,6 +11,11 @@ import os
 
 from celery import Celery
 from celery.signals import celeryd_after_setup, worker_process_init, worker_process_shutdown
+from django.conf import settings
+from django.db import connections
+
+from .executors.instances import parse_declaration
+from .executors.routing import SHARED_QUEUE, machine_queue, this_machine
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "quotaweb.settings")
 
@@ -33,7 +38,9 @@ app.autodiscover_tasks(["quotaweb"], related_name="tasks")
 
 # The local executor's supervisor lives in each worker process that runs attempts: it
 # starts with the process (reconciling what a previous one left) and stops with it.  The
-# hooks do nothing where the local executor is off (the tick worker, beat).
+# hooks do nothing where the local executor is off (the tick worker, beat).  They import
+# the executor when they run: this module is loaded with quotaweb, before Django's apps
+# are ready, and the executor needs the models; nothing imports this module back.
 @worker_process_init.connect
 def _start_supervisor(**_: object) -> None:
     from .executors.local import start_worker_supervisor
@@ -48,14 +55,8 @@ def _consume_machine_queue(sender: str, instance: object, **_: object) -> None:
     """An executor worker also consumes its machine's queue, where the attempts on the
     instances it declares, and those that reuse its warm pools, are sent (Celery's
     per-worker queue recipe)."""
-    from django.conf import settings
-
-    from .executors.routing import SHARED_QUEUE, machine_queue, this_machine
-
     if not settings.QUOTAWEB["LOCAL_EXECUTOR"]:
         return
-    from .executors.instances import parse_declaration
-
     queues = instance.app.amqp.queues  # type: ignore[attr-defined]
     if SHARED_QUEUE not in queues.consume_from:
         return  # a worker of other queues (the tick's): it runs no attempts
@@ -77,8 +78,6 @@ def _forget_inherited_pools() -> None:
     """A forked worker must not use (nor close) a connection pool its parent opened: the
     pool's threads did not survive the fork and its sockets are the parent's.  Dropping
     the references makes the child open a pool of its own on first use."""
-    from django.db import connections
-
     for wrapper in connections.all(initialized_only=True):
         pools = getattr(type(wrapper), "_connection_pools", None)
         if pools:

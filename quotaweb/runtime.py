@@ -18,6 +18,12 @@ from collections.abc import Callable
 from django.conf import settings
 from django.db import close_old_connections, connection
 
+from .executors import local
+from .executors.queues import enqueue_launch
+from .realtime.broadcast import abroadcast_pending, broadcast_pending
+from .scheduling import tick
+from .scheduling.tick import CycleReport
+
 log = logging.getLogger(__name__)
 
 Launcher = Callable[[int], object]
@@ -26,15 +32,11 @@ Broadcaster = Callable[[], object]
 
 def launch_in_process(attempt_id: int) -> object:
     """Start the attempt here (embedded mode: the server process is the executor host)."""
-    from .executors.local import start_attempt
-
-    return start_attempt(attempt_id)
+    return local.start_attempt(attempt_id)
 
 
 def launch_via_celery(attempt_id: int) -> object:
     """Hand the attempt to a worker of the executor queue (distributed mode)."""
-    from .tasks import enqueue_launch
-
     return enqueue_launch(attempt_id)
 
 
@@ -42,17 +44,13 @@ def start_local_executor() -> None:
     """Start this process's supervisor of local attempts, where the local executor is on:
     it reconciles what a previous run left behind before any new attempt starts."""
     if settings.QUOTAWEB["LOCAL_EXECUTOR"]:
-        from .executors.local import start_worker_supervisor
-
-        start_worker_supervisor()
+        local.start_worker_supervisor()
 
 
 def stop_local_executor() -> None:
     """Stop the supervisor: the attempts it still runs end as platform errors (retried)."""
     if settings.QUOTAWEB["LOCAL_EXECUTOR"]:
-        from .executors.local import stop_worker_supervisor
-
-        stop_worker_supervisor()
+        local.stop_worker_supervisor()
 
 
 _unlaunchable: set[int] = set()
@@ -76,8 +74,6 @@ def default_launcher() -> Launcher:
 
 def broadcast_here() -> object:
     """Broadcast from this thread (a channel layer that any thread may use: Redis)."""
-    from .realtime.broadcast import broadcast_pending
-
     return broadcast_pending()
 
 
@@ -85,7 +81,6 @@ def broadcast_on_loop(loop: asyncio.AbstractEventLoop, timeout: float = 10.0) ->
     """Broadcast on the server's event loop.  The in-memory channel layer of the embedded
     mode keeps asyncio queues that belong to that loop: filling them from another thread
     would not wake the websocket consumers waiting on them."""
-    from .realtime.broadcast import abroadcast_pending
 
     def broadcast() -> object:
         if not loop.is_running():
@@ -109,23 +104,33 @@ def guarded(broadcast: Broadcaster) -> Broadcaster:
     return run
 
 
-def run_once(launch: Launcher, broadcast: Broadcaster = broadcast_here) -> bool:
-    """One cycle and its launches; False when it failed (logged).  Never raises."""
-    from .scheduling.tick import run_cycle
-
-    try:
-        # A connection the database dropped, or past CONN_MAX_AGE, is replaced here.
-        close_old_connections()
-        report = run_cycle(after_commit=guarded(broadcast))
-    except Exception:
-        log.exception("scheduling cycle failed; retrying next second")
-        connection.close()
-        return False
-    for attempt_id in report.to_launch if report else []:
+def cycle_and_launch(launch: Launcher, broadcast: Broadcaster) -> CycleReport | None:
+    """The tick of every mode (this module's loop and the Celery tick task): one cycle,
+    its broadcast once it has committed, then a launch of each attempt it made due.  None
+    when the cycle did not run (another one held the lock).  Raises what the cycle
+    raises; a launch that fails is logged and left to the next cycle, which lists the
+    attempt again until its executor records a pid."""
+    # A connection the database dropped, or past CONN_MAX_AGE, is replaced here.
+    close_old_connections()
+    report = tick.run_cycle(after_commit=guarded(broadcast))
+    if report is None:
+        return None
+    for attempt_id in report.to_launch:
         try:
             launch(attempt_id)
         except Exception:
             log.exception("could not launch attempt %s; retrying next cycle", attempt_id)
+    return report
+
+
+def run_once(launch: Launcher, broadcast: Broadcaster = broadcast_here) -> bool:
+    """One tick; False when its cycle failed (logged).  Never raises."""
+    try:
+        cycle_and_launch(launch, broadcast)
+    except Exception:
+        log.exception("scheduling cycle failed; retrying next second")
+        connection.close()
+        return False
     return True
 
 

@@ -234,11 +234,11 @@ def test_a_warm_pool_keeps_its_cache_directory_for_the_next_matching_job(
 def test_a_warm_pool_reuse_is_sent_to_the_pools_machine_and_others_to_the_shared_queue(
     supervisor: Supervisor,
 ) -> None:
-    """launch_queue (quotaweb.tasks), which routes the distributed mode's start_attempt:
+    """launch_queue (quotaweb.executors.queues), which routes the distributed mode's start_attempt:
     the reuse goes to `executor.<machine of the pool's host>`, every other attempt to
     `executor`, and a reuse whose machine has not started it within HOST_WAIT_SECONDS
     to `executor` too, so a vanished machine never strands it."""
-    from quotaweb.tasks import HOST_WAIT_SECONDS, launch_queue
+    from quotaweb.executors.queues import HOST_WAIT_SECONDS, launch_queue
 
     share = make_share()
     first = submit(share, "true", keep_alive_seconds=600, name="first")
