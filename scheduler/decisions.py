@@ -136,6 +136,3 @@ class CycleResult:
 
     now: float
     decisions: tuple[Decision, ...]
-
-    def of_type(self, kind: type[Decision]) -> list[Decision]:
-        return [d for d in self.decisions if isinstance(d, kind)]

@@ -12,7 +12,6 @@ from collections import defaultdict
 from datetime import datetime
 
 from django.conf import settings
-from django.db import transaction
 from django.db.models import F
 
 from scheduler import CycleResult, Dispatch, Preempt, SetPendingReason, TerminateWarmPool
@@ -159,11 +158,4 @@ def _reuse(pool_id: int, job: Job, now: datetime) -> WarmPool:
     return pool
 
 
-def apply_cycle(result: CycleResult, now: datetime) -> int:
-    """Apply a cycle's decisions atomically, writing their events under the event lock."""
-    with transaction.atomic():
-        events.lock_events()
-        return apply_decisions(result, now)
-
-
-__all__ = ["StaleSnapshot", "apply_cycle", "apply_decisions"]
+__all__ = ["StaleSnapshot", "apply_decisions"]

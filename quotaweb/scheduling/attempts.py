@@ -18,7 +18,7 @@ from scheduler.lifecycle import Failure, Outcome, leaves_warm_pool, retries_left
 from scheduler.lifecycle import PoolStatus as EnginePoolStatus
 
 from ..models import Attempt, CapacityUnit, Job, WarmPool, WarmPoolSegment
-from ..models.jobs import ACTIVE_STATUSES, JobStatus
+from ..models.jobs import JobStatus
 from ..models.warm_pools import PoolStatus
 from . import events
 
@@ -163,10 +163,6 @@ def end_available_pool(pool: WarmPool, reason: PoolTermination, at: datetime) ->
         )
     events.record("WARM_POOL_TERMINATED", job=pool.owner, time=at,
                   details={"reason": reason.value})
-
-
-def is_open(job: Job) -> bool:
-    return job.status in ACTIVE_STATUSES
 
 
 def _iso(moment: datetime) -> str:

@@ -56,11 +56,9 @@ POOL_FIELDS = (
 
 @dataclass(frozen=True)
 class LoadedSnapshot:
-    """The snapshot and what the shell needs to map engine names back to rows."""
+    """The snapshot and how many jobs it holds (the cycle's record counts them)."""
 
     snapshot: Snapshot
-    share_names: dict[int, str]  # share id -> name
-    share_ids: dict[str, int]  # name -> share id
     job_count: int
 
 
@@ -245,4 +243,4 @@ def load_snapshot(now: datetime) -> LoadedSnapshot:
         warm_pools=pools,
         policy=policy(),
     )
-    return LoadedSnapshot(snapshot, names, {v: k for k, v in names.items()}, len(jobs))
+    return LoadedSnapshot(snapshot, len(jobs))
