@@ -30,18 +30,17 @@ from .errors import Conflict, Forbidden, NotFound, Problems, ValidationFailed
 from .limits import check_submission_limits
 from .permissions import can_write_share
 from .submission import (
-    MAX_PRIORITY,
     SUBMISSION_DEFAULTS,
     SUBMISSION_FIELDS,
     keep_alive_within_cap,
     request_fingerprint,
     validate_submission,
 )
+from .submission_schema import check_field
 
 # Who acts: a signed-in user, an anonymous one (refused), or None for the system.
 User: TypeAlias = "AbstractBaseUser | AnonymousUser"
 
-MAX_CLIENT_TOKEN = 64
 DEFAULT_TERMINATE_REASON = "Terminated by user"
 
 
@@ -118,14 +117,12 @@ def submit_job(user: User | None, **fields: Any) -> tuple[Job, bool]:
 def _client_token(user: User | None, token: object) -> str | None:
     if token is None:
         return None
-    problems = Problems()
-    checked = values.text(problems, "client_token", token, min_length=1,
-                          max_length=MAX_CLIENT_TOKEN)
+    checked, problems = check_field("client_token", token)
     if checked is not None and _stored_user(user) is None:
-        problems.add("client_token", "client_token needs a signed-in user: it is kept per "
-                                     "submitting user.")
+        problems = {"client_token": ["client_token needs a signed-in user: it is kept per "
+                                     "submitting user."]}
     if problems:
-        raise ValidationFailed(problems.fields)
+        raise ValidationFailed(problems)
     return checked
 
 
@@ -178,12 +175,11 @@ def _refuse_terminal(job: Job, action: str) -> None:
 
 
 def validate_priority(priority: object) -> int:
-    problems = Problems()
-    checked = values.integer(problems, "priority", priority, 0, MAX_PRIORITY)
+    """A new priority, by the submission's own rule for it."""
+    checked, problems = check_field("priority", priority)
     if problems:
-        raise ValidationFailed(problems.fields)
-    assert checked is not None
-    return checked
+        raise ValidationFailed(problems)
+    return int(checked)
 
 
 def update_priority(job: Job | int, priority: object, *, by: User | None = None) -> Job:

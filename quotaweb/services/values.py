@@ -2,7 +2,11 @@
 `Problems` collector and returns the value (or None when it is unusable).
 
 Values arrive from JSON bodies, forms and the admin, so types are checked strictly: a
-bool is not an integer, and a string is not a number.
+bool is not an integer, and a string is not a number.  A job submission is checked by
+its pydantic model (submission_schema.py); what is left here is what pydantic does not
+do for the other services (a share's, a capacity unit's, a token's changes, which are
+compared with stored state field by field) and the wording every refusal shares: how a
+refused value is quoted and which characters no column can store.
 """
 
 from __future__ import annotations
@@ -132,40 +136,6 @@ def choice(problems: Problems, field: str, value: object, options: tuple[str, ..
         problems.add(field, f"{field} must be one of {', '.join(options)}.")
         return None
     return value
-
-
-def string_list(
-    problems: Problems, field: str, value: object, *, max_items: int = 64, max_length: int = 256
-) -> list[str] | None:
-    items = list(value) if isinstance(value, list | tuple) else None
-    ok = items is not None and len(items) <= max_items and all(
-        isinstance(item, str) and not has_bad_characters(item) and len(item) <= max_length
-        for item in items
-    )
-    if items is None or not ok:
-        problems.add(field, f"{field} must be a list of at most {max_items} strings of at "
-                            f"most {max_length} characters.")
-        return None
-    return [str(item) for item in items]
-
-
-def environment(problems: Problems, field: str, value: object) -> dict[str, str] | None:
-    """Environment variables for the local executor: names and values are strings that the
-    operating system accepts (no '=' in a name, no NUL anywhere)."""
-    if not isinstance(value, Mapping):
-        problems.add(field, f"{field} must be an object of string names to string values.")
-        return None
-    result: dict[str, str] = {}
-    for name, item in value.items():
-        bad_name = (not isinstance(name, str) or not name or "=" in name
-                    or has_bad_characters(name))
-        if bad_name or not isinstance(item, str) or has_bad_characters(item):
-            problems.add(field, f"{field} must map names (non-empty, no '=') to strings "
-                                f"without NUL or unpaired surrogates; {shown(name)!r} "
-                                "does not.")
-            return None
-        result[name] = item
-    return result
 
 
 def unknown_fields(problems: Problems, given: Mapping[str, Any], known: frozenset[str]) -> None:

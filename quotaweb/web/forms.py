@@ -15,9 +15,11 @@ from ..models import CapacityUnit, QuotaShare
 from ..models.shares import ShareState, Strategy
 from ..services.batch import MAX_BATCH
 from ..services.errors import ServiceError
-from ..services.submission import SUBMISSION_DEFAULTS
+from ..services.submission_schema import DEFAULTS, MAX_TEXT, bounds
 
 NUMBER = forms.NumberInput(attrs={"inputmode": "numeric"})
+# The submission's own range for a priority (services/submission_schema.py).
+PRIORITIES = "{}-{}".format(*bounds("priority"))
 
 
 def show_errors(form: forms.BaseForm, error: ServiceError) -> None:
@@ -41,24 +43,26 @@ class SubmitForm(forms.Form):
     name = forms.CharField(max_length=128, widget=forms.TextInput(attrs={"autofocus": True}))
     quota_share = forms.ChoiceField()
     instance_type = forms.ChoiceField()
-    instance_count = forms.IntegerField(initial=1, widget=NUMBER)
-    priority = forms.IntegerField(initial=0, widget=NUMBER,
-                                  help_text="0-9999; higher runs first.")
+    # Defaults and ranges are the Submission model's; the services check every value.
+    instance_count = forms.IntegerField(initial=DEFAULTS["instance_count"], widget=NUMBER)
+    priority = forms.IntegerField(initial=DEFAULTS["priority"], widget=NUMBER,
+                                  help_text=f"{PRIORITIES}; higher runs first.")
     duration_seconds = forms.IntegerField(
         required=False, widget=NUMBER, label="Duration (seconds)",
         help_text="Simulated work: the job runs this long. Or give a command.")
     command = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}),
                               help_text="Run by the local executor, in a shell.")
     keep_alive_seconds = forms.IntegerField(
-        initial=0, widget=NUMBER, label="Keep-alive (seconds)",
+        initial=DEFAULTS["keep_alive_seconds"], widget=NUMBER, label="Keep-alive (seconds)",
         help_text="Keep the instances warm this long after the job ends (0: none).")
-    retry_attempts = forms.IntegerField(initial=1, widget=NUMBER)
+    retry_attempts = forms.IntegerField(initial=DEFAULTS["retry_attempts"], widget=NUMBER)
     preemption_retries_before_termination = forms.IntegerField(
         required=False, widget=NUMBER, help_text="Empty: unlimited.")
-    max_runtime_seconds = forms.IntegerField(initial=86_400, widget=NUMBER)
-    role = forms.CharField(required=False, max_length=256)
-    volume_size_gb = forms.IntegerField(initial=0, widget=NUMBER)
-    volume_kms_key_id = forms.CharField(required=False, max_length=256)
+    max_runtime_seconds = forms.IntegerField(initial=DEFAULTS["max_runtime_seconds"],
+                                             widget=NUMBER)
+    role = forms.CharField(required=False, max_length=MAX_TEXT)
+    volume_size_gb = forms.IntegerField(initial=DEFAULTS["volume_size_gb"], widget=NUMBER)
+    volume_kms_key_id = forms.CharField(required=False, max_length=MAX_TEXT)
     security_group_ids = forms.CharField(required=False, help_text="Comma-separated.")
     subnets = forms.CharField(required=False, help_text="Comma-separated.")
     enable_network_isolation = forms.BooleanField(required=False)
@@ -131,7 +135,7 @@ class SubmitForm(forms.Form):
         data["client_token"] = data["client_token"] or None
         for field in ("volume_size_gb", "retry_attempts", "max_runtime_seconds"):
             if data[field] is None:
-                data[field] = SUBMISSION_DEFAULTS[field]
+                data[field] = DEFAULTS[field]
         return data
 
 
@@ -247,7 +251,8 @@ class CapacityUnitForm(forms.Form):
 
 
 class PriorityForm(forms.Form):
-    priority = forms.IntegerField(widget=NUMBER, help_text="0-9999; counts from the next cycle.")
+    priority = forms.IntegerField(widget=NUMBER,
+                                  help_text=f"{PRIORITIES}; counts from the next cycle.")
 
 
 class KeepAliveForm(forms.Form):

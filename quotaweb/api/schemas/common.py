@@ -13,10 +13,13 @@ from __future__ import annotations
 import re
 from datetime import datetime
 from enum import Enum
-from typing import Annotated, Any, Literal
+from types import UnionType
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
+from annotated_types import Ge, Le, MaxLen, MinLen
 from ninja import Schema
 from pydantic import (
+    BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
@@ -24,6 +27,7 @@ from pydantic import (
     StringConstraints,
     ValidationInfo,
     WithJsonSchema,
+    create_model,
     field_validator,
 )
 from pydantic_core import PydanticCustomError
@@ -95,3 +99,64 @@ class RequestBody(Schema):
                 "bad_text", "{field} {rule}.",
                 {"field": f"{info.field_name}{inside}", "rule": values.BAD_CHARACTERS_RULE})
         return value
+
+
+# A request body derived from a services model --------------------------------------------
+
+
+def _plain(annotation: Any) -> Any:
+    """The type alone, without the constraints and validators annotated on it (inside
+    lists, dicts and optionals too)."""
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        return _plain(get_args(annotation)[0])
+    if origin in (Union, UnionType):
+        return Union[tuple(_plain(arg) for arg in get_args(annotation))]  # noqa: UP007
+    if origin in (list, dict):
+        return origin[tuple(_plain(arg) for arg in get_args(annotation))]
+    return annotation
+
+
+def _rules(metadata: list[Any], is_list: bool) -> dict[str, Any]:
+    """A field's constraints as JSON Schema keywords."""
+    rules: dict[str, Any] = {}
+    for rule in metadata:
+        if isinstance(rule, Ge):
+            rules["minimum"] = rule.ge
+        elif isinstance(rule, Le):
+            rules["maximum"] = rule.le
+        elif isinstance(rule, MinLen):
+            rules["minItems" if is_list else "minLength"] = rule.min_length
+        elif isinstance(rule, MaxLen):
+            rules["maxItems" if is_list else "maxLength"] = rule.max_length
+        elif getattr(rule, "pattern", None):
+            rules["pattern"] = rule.pattern
+    return rules
+
+
+def field_rules(model: type[BaseModel], field: str) -> dict[str, Any]:
+    """The JSON Schema keywords of one field's constraints in `model`."""
+    info = model.model_fields[field]
+    return _rules(info.metadata, get_origin(_plain(info.annotation)) is list)
+
+
+def documented_body(model: type[BaseModel], name: str, doc: str,
+                    types: dict[str, Any] | None = None,
+                    documents: dict[str, dict[str, Any]] | None = None) -> type[RequestBody]:
+    """A request body with `model`'s fields, types, defaults and descriptions, whose value
+    rules are documented, not enforced: the services enforce them with `model` itself,
+    after the permission check, so a body is refused with the same words wherever it
+    comes from.  `types` replaces a field's type (a reference the body checks itself);
+    `documents` adds to what a field's schema says."""
+    fields: dict[str, Any] = {}
+    for field_name, info in model.model_fields.items():
+        annotation = (types or {}).get(field_name, _plain(info.annotation))
+        extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+        schema = {**field_rules(model, field_name), **extra,
+                  **(documents or {}).get(field_name, {})}
+        default: Any = {"default_factory": info.default_factory} if info.default_factory \
+            else {} if info.is_required() else {"default": info.default}
+        fields[field_name] = (annotation, Field(**default, description=info.description,
+                                                json_schema_extra=schema or None))
+    body: type[RequestBody] = create_model(name, __base__=RequestBody, __doc__=doc, **fields)
+    return body

@@ -14,10 +14,9 @@ from scheduler.model import JobStatus as EngineJobStatus
 
 from ...models.jobs import Executor
 from ...services.batch import MAX_BATCH
-from ...services.jobs import MAX_CLIENT_TOKEN
-from ...services.submission import MAX_PRIORITY, MAX_RETRY_ATTEMPTS
-from ...services.values import MAX_INT
-from .common import RequestBody, ShareName, UtcTime, literal_of
+from ...services.configuration import MAX_KEEP_ALIVE_SECONDS
+from ...services.submission_schema import Submission
+from .common import RequestBody, ShareName, UtcTime, documented_body, field_rules, literal_of
 
 JobStatus = literal_of(EngineJobStatus)
 Outcome = literal_of(EngineOutcome)
@@ -26,51 +25,24 @@ PoolStatus = literal_of(EnginePoolStatus)
 PoolTermination = literal_of(EnginePoolTermination)
 ExecutorName = literal_of(Executor)
 
-PRIORITY = {"minimum": 0, "maximum": MAX_PRIORITY}
-KEEP_ALIVE = {"minimum": 0, "maximum": 3600,
+# A change of a job takes its values by the submission's rules.
+PRIORITY = field_rules(Submission, "priority")
+KEEP_ALIVE = {**field_rules(Submission, "keep_alive_seconds"),
+              "maximum": MAX_KEEP_ALIVE_SECONDS,
               "description": "0 up to the quota share's max_keep_alive_seconds."}
-COUNT = {"minimum": 1, "maximum": MAX_INT}
-NATURAL = {"minimum": 0, "maximum": MAX_INT}
-TEXT_256 = {"maxLength": 256}
 
 
 # Requests -----------------------------------------------------------------------------
 
 
-class JobIn(RequestBody):
-    """A submission (docs/semantics.md 4).  Give `command` (local executor) or `duration_seconds`
-    (simulated executor), not both."""
-
-    name: str = Field(json_schema_extra={"pattern": r"^[A-Za-z0-9_-]{1,128}$"})
-    quota_share: ShareName
-    instance_type: str = Field(description="One of the quota share's capacity units.",
-                               json_schema_extra={"maxLength": 64})
-    priority: int = Field(0, description="Higher runs first.", json_schema_extra=PRIORITY)
-    instance_count: int = Field(1, json_schema_extra=COUNT)
-    keep_alive_seconds: int = Field(0, json_schema_extra=KEEP_ALIVE)
-    role: str = Field("", json_schema_extra=TEXT_256)
-    volume_size_gb: int = Field(0, json_schema_extra=NATURAL)
-    volume_kms_key_id: str = Field("", json_schema_extra=TEXT_256)
-    security_group_ids: list[str] = Field(default_factory=list,
-                                          json_schema_extra={"maxItems": 64})
-    subnets: list[str] = Field(default_factory=list, json_schema_extra={"maxItems": 64})
-    enable_network_isolation: bool = False
-    enable_inter_container_traffic_encryption: bool = False
-    retry_attempts: int = Field(1, description="All attempts, the first included.",
-                                json_schema_extra={"minimum": 1,
-                                                   "maximum": MAX_RETRY_ATTEMPTS})
-    preemption_retries_before_termination: int | None = Field(
-        None, description="null: unlimited; r: FAILED at the (r+1)-th preemption.",
-        json_schema_extra=NATURAL)
-    max_runtime_seconds: int = Field(86_400, description="Per attempt.",
-                                     json_schema_extra=COUNT)
-    environment: dict[str, str] = Field(default_factory=dict)
-    command: str | None = Field(None, description="A shell command (local executor).")
-    duration_seconds: int | None = Field(None, description="Simulated executor.",
-                                         json_schema_extra=NATURAL)
-    client_token: str | None = Field(
-        None, description="Makes the submission idempotent for the submitting user.",
-        json_schema_extra={"minLength": 1, "maxLength": MAX_CLIENT_TOKEN})
+# The submission's fields, defaults and rules are the services' Submission model's.
+JobIn = documented_body(
+    Submission, "JobIn",
+    """A submission (docs/semantics.md 4).  Give `command` (local executor) or
+    `duration_seconds` (simulated executor), not both.""",
+    types={"quota_share": ShareName},
+    documents={"keep_alive_seconds": {"maximum": MAX_KEEP_ALIVE_SECONDS}},
+)
 
 
 class JobPatch(RequestBody):
