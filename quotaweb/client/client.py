@@ -11,6 +11,8 @@ from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from typing import Any
 
+from scheduler.model import JobStatus
+
 from .errors import WaitTimeout
 from .transport import Transport
 
@@ -18,10 +20,10 @@ Json = dict[str, Any]
 
 # Jobs per POST /jobs/batch (the server takes at most 1,000).
 BATCH_SIZE = 1000
-STATUSES = ("SUBMITTED", "RUNNABLE", "SCHEDULED", "STARTING", "RUNNING", "SUCCEEDED",
-            "FAILED")
-TERMINAL_STATUSES = frozenset({"SUCCEEDED", "FAILED"})
-DISPATCHED_STATUSES = frozenset({"SCHEDULED", "STARTING", "RUNNING"})
+# The engine's own job statuses (scheduler/ is stdlib only: the client stays light).
+STATUSES = tuple(status.value for status in JobStatus)
+TERMINAL_STATUSES = frozenset(status.value for status in JobStatus if status.terminal)
+DISPATCHED_STATUSES = frozenset(status.value for status in JobStatus if status.active)
 MAX_PAGE = 500  # the API's largest page
 MAX_LOG_TAIL = 10_000
 
