@@ -18,23 +18,26 @@ from .lifecycle import Failure
 
 
 class EventType(StrEnum):
+    """Every event, in the order the pages list them (SUBMIT_REJECTED is the simulator's
+    only: the live system answers a refused submission with its error)."""
+
     SUBMITTED = "SUBMITTED"
-    SUBMIT_REJECTED = "SUBMIT_REJECTED"
     PRIORITY_UPDATED = "PRIORITY_UPDATED"
-    TERMINATED = "TERMINATED"
     DISPATCHED = "DISPATCHED"
     RUNNING = "RUNNING"
     SUCCEEDED = "SUCCEEDED"
     ATTEMPT_FAILED = "ATTEMPT_FAILED"
     FAILED = "FAILED"
     PREEMPTED = "PREEMPTED"
+    TERMINATED = "TERMINATED"
     WARM_POOL_AVAILABLE = "WARM_POOL_AVAILABLE"
     WARM_POOL_REUSED = "WARM_POOL_REUSED"
-    WARM_POOL_TERMINATED = "WARM_POOL_TERMINATED"
     WARM_POOL_UPDATED = "WARM_POOL_UPDATED"
+    WARM_POOL_TERMINATED = "WARM_POOL_TERMINATED"
     SHARE_UPDATED = "SHARE_UPDATED"
     SHARE_DELETED = "SHARE_DELETED"
     CAPACITY_UPDATED = "CAPACITY_UPDATED"
+    SUBMIT_REJECTED = "SUBMIT_REJECTED"
 
 
 # Field metadata: which payload fields name a job or a moment, so each side renders them.
