@@ -63,10 +63,10 @@ def ending(job: Job, attempt: Attempt | None) -> EndingJob:
 def warm_room(job: Job) -> WarmRoom:
     """What the job's capacity unit allows to stay warm now."""
     unit = CapacityUnit.objects.filter(name=job.instance_type).first()
-    available = sum(WarmPool.objects.filter(
+    warm = sum(WarmPool.objects.filter(
         instance_type=job.instance_type, status=PoolStatus.AVAILABLE
     ).values_list("instance_count", flat=True))
-    return WarmRoom(available, unit.warm_pool_limit if unit else 0,
+    return WarmRoom(warm, unit.warm_pool_limit if unit else 0,
                     settings.QUOTAWEB["WARM_POOL_MAX_LIFETIME_SECONDS"])
 
 
