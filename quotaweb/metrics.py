@@ -34,6 +34,8 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from scheduler.lifecycle import Outcome
+
 from .models import Attempt, CapacityUnit, CycleRecord, Job, QuotaShare, WarmPoolSegment
 from .models.jobs import ACTIVE_STATUSES, QUEUED_STATUSES
 from .models.warm_pools import PoolStatus
@@ -117,7 +119,7 @@ class QuotawebCollector(Collector):
             "Preempted attempts by the victim's share, the preemptor's share and the kind, "
             "CROSS_SHARE (a reclaim) or IN_SHARE (Kueue: preempted_workloads_total).",
             labels=["quota_share", "preempting_quota_share", "reason"])
-        for share, by, kind, count in Attempt.objects.filter(outcome="PREEMPTED").values_list(
+        for share, by, kind, count in Attempt.objects.filter(outcome=Outcome.PREEMPTED).values_list(
                 "job__quota_share__name", "preempted_by__quota_share__name", "kind").annotate(
                 n=Count("id")).values_list("job__quota_share__name",
                                            "preempted_by__quota_share__name", "kind",

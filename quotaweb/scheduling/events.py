@@ -15,7 +15,10 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils import timezone
 
+from scheduler.events import EventType, Payload, details
+
 from ..models import Event, Job
+from .clock import from_engine
 
 EVENT_LOCK_KEY = 0x51_57_45_56  # "QWEV"
 
@@ -30,7 +33,7 @@ def lock_events() -> None:
 
 
 def event(
-    event_type: str,
+    event_type: EventType,
     *,
     job: Job | None = None,
     quota_share: str | None = None,
@@ -50,11 +53,30 @@ def event(
     )
 
 
-def record(event_type: str, **fields: Any) -> Event:
+def record(event_type: EventType, **fields: Any) -> Event:
     """Write one event (the caller's transaction must hold the event lock)."""
     item = event(event_type, **fields)
     item.save()
     return item
+
+
+def of(payload: Payload, **fields: Any) -> Event:
+    """An unsaved Event carrying a typed payload (write it with `record_all`)."""
+    return event(payload.type, details=rendered(payload), **fields)
+
+
+def emit(payload: Payload, **fields: Any) -> Event:
+    """Write one event carrying a typed payload (the caller holds the event lock)."""
+    return record(payload.type, details=rendered(payload), **fields)
+
+
+def rendered(payload: Payload) -> dict[str, Any]:
+    """docs/api.md's event details: jobs by id, times in ISO 8601 UTC with a Z."""
+    return details(payload, job=int, time=lambda seconds: _iso(from_engine(seconds)))
+
+
+def _iso(moment: datetime) -> str:
+    return moment.isoformat().replace("+00:00", "Z")
 
 
 def record_all(items: list[Event]) -> list[Event]:

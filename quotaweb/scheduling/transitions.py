@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.db import transaction
 
+from scheduler.events import Running
 from scheduler.lifecycle import Failure, Outcome, simulated_work_end, start_delay
 
 from ..models import Attempt, CapacityUnit, Job
@@ -78,7 +79,7 @@ def mark_running(attempt: Attempt, at: datetime) -> bool:
     if not updated:
         return False
     Attempt.objects.filter(pk=attempt.pk).update(started_at=at, heartbeat_at=at)
-    events.record("RUNNING", job=attempt.job, time=at)
+    events.emit(Running(), job=attempt.job, time=at)
     return True
 
 

@@ -20,6 +20,8 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from scheduler.events import Submitted
+
 from ..models import Job, QuotaShare
 from ..models.jobs import Executor
 from ..models.shares import ShareState
@@ -157,7 +159,7 @@ def _write(user: User | None, checked: list[Item]) -> list[tuple[Job, bool]]:
                     executor=Executor.LOCAL if item.cleaned["command"] else Executor.SIMULATED)
                 for item in new
             ])
-            events.record_all([events.event("SUBMITTED", job=job, time=job.created_at)
+            events.record_all([events.of(Submitted(), job=job, time=job.created_at)
                                for job in jobs])
             for item, job in zip(new, jobs, strict=True):
                 item.existing = job

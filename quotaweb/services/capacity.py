@@ -12,6 +12,8 @@ from typing import Any
 
 from django.db import transaction
 
+from scheduler.events import CapacityUpdated
+
 from ..models import CapacityLimit, CapacityUnit
 from ..scheduling import events
 from . import values
@@ -166,7 +168,7 @@ def create_capacity_unit(**fields: Any) -> CapacityUnit:
         lock_configuration()
         cleaned = validate_capacity_unit(fields)
         unit = CapacityUnit.objects.create(**cleaned)
-        events.record("CAPACITY_UPDATED", details={"capacity_unit": unit.name})
+        events.emit(CapacityUpdated(unit.name))
     return unit
 
 
@@ -183,7 +185,7 @@ def update_capacity_unit(unit: CapacityUnit | str, **changes: Any) -> CapacityUn
         for field, value in cleaned.items():
             setattr(locked, field, value)
         locked.save()
-        events.record("CAPACITY_UPDATED", details={"capacity_unit": locked.name})
+        events.emit(CapacityUpdated(locked.name))
     return locked
 
 
@@ -196,7 +198,7 @@ def delete_capacity_unit(unit: CapacityUnit | str) -> None:
             raise NotFound(f"Capacity unit {name} does not exist.", code="UNIT_NOT_FOUND")
         validate_unit_removal(locked)
         locked.delete()
-        events.record("CAPACITY_UPDATED", details={"capacity_unit": name})
+        events.emit(CapacityUpdated(name))
 
 
 def set_capacity(units: object) -> list[CapacityUnit]:
@@ -220,6 +222,6 @@ def set_capacity(units: object) -> list[CapacityUnit]:
                     setattr(unit, key, value)
                 unit.save()
                 changed.append(name)
-        events.record_all([events.event("CAPACITY_UPDATED", details={"capacity_unit": name})
+        events.record_all([events.of(CapacityUpdated(name))
                            for name in sorted(changed)])
         return list(CapacityUnit.objects.order_by("name"))

@@ -29,6 +29,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from scheduler.decisions import PoolTermination
+from scheduler.events import ShareDeleted, ShareUpdated
 
 from ..models import CapacityLimit, Job, QuotaShare, WarmPool
 from ..models.jobs import TERMINAL_STATUSES
@@ -291,8 +292,8 @@ def create_share(**fields: Any) -> QuotaShare:
         _replace_limits(share, limits)
         if members:
             share.members.set(members)
-        events.record("SHARE_UPDATED", quota_share=share.name,
-                      details={"fields": sorted((SHARE_FIELDS - {"members"}) | set(fields))})
+        events.emit(ShareUpdated(tuple(sorted((SHARE_FIELDS - {"members"}) | set(fields)))),
+                    quota_share=share.name)
     return share
 
 
@@ -313,8 +314,8 @@ def update_share(share: QuotaShare, **changes: Any) -> QuotaShare:
             _replace_limits(locked, limits)
         if members is not None:
             locked.members.set(members)
-        events.record("SHARE_UPDATED", quota_share=locked.name,
-                      details={"fields": sorted(set(changes) - {"name"})})
+        events.emit(ShareUpdated(tuple(sorted(set(changes) - {"name"}))),
+                    quota_share=locked.name)
     return locked
 
 
@@ -348,7 +349,7 @@ def delete_share(share: QuotaShare, *, now: datetime | None = None) -> QuotaShar
             end_available_pool(pool, PoolTermination.USER, now)
         locked.deleted_at = now
         locked.save(update_fields=["deleted_at", "updated_at"])
-        events.record("SHARE_DELETED", quota_share=locked.name, time=now)
+        events.emit(ShareDeleted(), quota_share=locked.name, time=now)
     return locked
 
 

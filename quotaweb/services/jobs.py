@@ -6,7 +6,8 @@ job under a row lock, and writes its event, so it is serialised with the schedul
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from dataclasses import replace
+from datetime import datetime
 from typing import Any, TypeAlias
 
 from django.conf import settings
@@ -15,16 +16,19 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from scheduler.decisions import PoolTermination
+from scheduler.effects import job_terminated
+from scheduler.events import PriorityUpdated, Submitted, WarmPoolUpdated
 from scheduler.lifecycle import Outcome, keep_alive_expiry, leaves_warm_pool
+from scheduler.model import JobStatus as EngineJobStatus
 
 from ..models import Attempt, Job, QuotaShare, WarmPool, WarmPoolSegment
-from ..models.jobs import ACTIVE_STATUSES, Executor, JobStatus
+from ..models.jobs import ACTIVE_STATUSES, Executor
 from ..models.shares import ShareState
 from ..models.warm_pools import PoolStatus
-from ..read_model.times import iso
 from ..scheduling import events
-from ..scheduling.attempts import end_available_pool, end_pool_instances, settle
+from ..scheduling.attempts import end_available_pool, release
 from ..scheduling.clock import from_engine
+from ..scheduling.effects import Writer, ending, warm_room
 from . import values
 from .errors import Conflict, Forbidden, NotFound, Problems, ValidationFailed
 from .limits import check_submission_limits
@@ -110,7 +114,7 @@ def submit_job(user: User | None, **fields: Any) -> tuple[Job, bool]:
                 if existing is None:
                     raise
                 return _repeat(existing, fingerprint), False
-        events.record("SUBMITTED", job=job, time=job.created_at)
+        events.emit(Submitted(), job=job, time=job.created_at)
     return job, True
 
 
@@ -191,7 +195,7 @@ def update_priority(job: Job | int, priority: object, *, by: User | None = None)
         _refuse_terminal(locked, "priority")
         locked.priority = checked
         locked.save(update_fields=["priority"])
-        events.record("PRIORITY_UPDATED", job=locked, details={"priority": checked})
+        events.emit(PriorityUpdated(checked), job=locked)
     return locked
 
 
@@ -220,23 +224,18 @@ def end_job(job: Job, reason: str, now: datetime, *, pool_ends_with_share: bool 
     With `pool_ends_with_share` (its share is being deleted) the job leaves no pool and a
     pool it runs on ends with reason USER, as the simulator's delete_share does.
     """
-    was_running = job.status == JobStatus.RUNNING
     attempt = _open_attempt(job) if job.status in ACTIVE_STATUSES else None
-    if attempt is not None:
-        Attempt.objects.filter(pk=attempt.pk).update(
-            outcome=Outcome.TERMINATED.value, stopped_at=now, status_reason=reason,
-            stop_requested_at=now,
-            kill_at=now + timedelta(seconds=settings.QUOTAWEB["PREEMPTION_GRACE_SECONDS"]),
-        )
-        if pool_ends_with_share:
-            _end_reused_pool(job, attempt, now)
-    events.record("TERMINATED", job=job, time=now, details={"reason": reason})
-    if attempt is not None and not pool_ends_with_share:
-        release_after_terminate(job, attempt, was_running, now)
-    Job.objects.filter(pk=job.pk).update(
-        status=JobStatus.FAILED, status_reason=reason, instances=[], pending_code=None,
-        stopped_at=now,
-    )
+    state = ending(job, attempt)
+    if attempt is None:
+        # Without an open attempt there is nothing to stop or release: it ends as queued.
+        state = replace(state, status=EngineJobStatus.RUNNABLE)
+    elif pool_ends_with_share and attempt.warm_pool is not None and (
+            attempt.warm_pool.status == PoolStatus.TERMINATED):
+        state = replace(state, reused_pool=None, reused_chain_started_at=None)
+    stop_by = now.timestamp() + settings.QUOTAWEB["PREEMPTION_GRACE_SECONDS"]
+    effects = job_terminated(state, now.timestamp(), reason, warm_room(job), stop_by=stop_by,
+                             pool_ends_with_share=pool_ends_with_share)
+    Writer(now, jobs=[job], attempt=attempt).apply(effects)
     job.refresh_from_db()
     return job
 
@@ -253,21 +252,7 @@ def release_after_terminate(
     while RUNNING leaves a warm pool when the job has a keep-alive and the unit's
     warm_pool_limit allows it; a reused pool that is not left ends (EXPIRED)."""
     leaves = leaves_warm_pool(Outcome.TERMINATED, None, False, was_running)
-    settle(job, attempt, at or timezone.now(), leaves=leaves)
-
-
-def _end_reused_pool(job: Job, attempt: Attempt, now: datetime) -> None:
-    pool = attempt.warm_pool if attempt.warm_start else None
-    if pool is None or pool.status == PoolStatus.TERMINATED:
-        return
-    end_pool_instances(pool, PoolTermination.USER, now)
-    WarmPoolSegment.objects.update_or_create(job=job, defaults={
-        "pool": pool, "status": PoolStatus.TERMINATED,
-        "keep_alive_seconds": job.keep_alive_seconds,
-        "termination_reason": PoolTermination.USER.value,
-    })
-    events.record("WARM_POOL_TERMINATED", job=job, time=now,
-                  details={"reason": PoolTermination.USER.value})
+    release(job, attempt, at or timezone.now(), leaves=leaves)
 
 
 # Keep-alive ----------------------------------------------------------------------------
@@ -299,8 +284,7 @@ def _keep_alive_of_live_job(job: Job, seconds: int, now: datetime) -> None:
     job.save(update_fields=["keep_alive_seconds"])
     WarmPoolSegment.objects.filter(job=job, status=PoolStatus.IN_USE).update(
         keep_alive_seconds=seconds)
-    events.record("WARM_POOL_UPDATED", job=job, time=now,
-                  details={"keep_alive_seconds": seconds, "expires_at": None})
+    events.emit(WarmPoolUpdated(seconds, None), job=job, time=now)
 
 
 def _keep_alive_of_available_pool(job: Job, seconds: int, now: datetime) -> None:
@@ -315,8 +299,7 @@ def _keep_alive_of_available_pool(job: Job, seconds: int, now: datetime) -> None
         keep_alive_seconds=seconds, expires_at=expires_at)
     WarmPool.objects.filter(pk=pool.pk).update(expires_at=expires_at)
     Job.objects.filter(pk=job.pk).update(keep_alive_seconds=seconds)
-    events.record("WARM_POOL_UPDATED", job=job, time=now,
-                  details={"keep_alive_seconds": seconds, "expires_at": iso(expires_at, "auto")})
+    events.emit(WarmPoolUpdated(seconds, expires_at.timestamp()), job=job, time=now)
     if expires_at <= now:
         pool.refresh_from_db()
         end_available_pool(pool, PoolTermination.USER, now)

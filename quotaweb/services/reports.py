@@ -27,6 +27,8 @@ from typing import Any
 
 from django.db.models import Max
 
+from scheduler.events import EventType
+
 from ..models import Attempt, Event, Job, UsageSample
 from ..models.jobs import JobStatus
 from ..web.series import integrate
@@ -76,7 +78,7 @@ def _samples(start: datetime, end: datetime, share: str | None) -> dict[Key, lis
 def _preemptions(start: datetime, end: datetime) -> tuple[dict[Key, dict[str, int]], ...]:
     suffered: dict[Key, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     caused: dict[Key, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    events = list(Event.objects.filter(type="PREEMPTED", time__gte=start, time__lt=end,
+    events = list(Event.objects.filter(type=EventType.PREEMPTED, time__gte=start, time__lt=end,
                                        job__isnull=False).select_related("job"))
     preemptors = dict(Job.objects.filter(
         pk__in={e.details.get("preempted_by") for e in events}

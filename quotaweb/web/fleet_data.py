@@ -13,6 +13,9 @@ from typing import Any
 
 from django.db.models import Q
 
+from scheduler.events import EventType
+from scheduler.lifecycle import Outcome
+
 from ..models import Attempt, CapacityUnit, Event, WarmPoolSegment
 from ..models.warm_pools import PoolStatus
 from . import figures, grace
@@ -23,7 +26,7 @@ HISTORY = timedelta(hours=2)
 MAX_ATTEMPTS = 2_000
 MAX_LONG_ATTEMPTS = 50_000  # a chosen range's attempts, before merging
 BUCKETS = 600  # a long range's time resolution: about one pixel column
-POOL_ENDS = ("WARM_POOL_REUSED", "WARM_POOL_TERMINATED")
+POOL_ENDS = (EventType.WARM_POOL_REUSED.value, EventType.WARM_POOL_TERMINATED.value)
 
 Bar = dict[str, Any]
 
@@ -97,7 +100,7 @@ def stopping_bars(now: datetime, since: datetime | None = None) -> list[Bar]:
         "capacity_unit": stop["capacity_unit"], "instance": int(number),
         "quota_share": stop["quota_share"], "kind": "stopping", "start": stop["since"],
         "end": stop["until"], "job_id": stop["job_id"], "job_name": stop["job_name"],
-        "preempted_by_name": stop["preempted_by_name"], "outcome": "PREEMPTED",
+        "preempted_by_name": stop["preempted_by_name"], "outcome": Outcome.PREEMPTED.value,
     } for stop in grace.grace_periods(now, since or now - HISTORY)
         for number in stop["instances"]]
 

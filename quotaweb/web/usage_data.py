@@ -10,6 +10,8 @@ from typing import Any
 
 from django.db.models import Count, Max, OuterRef, Q, Subquery
 
+from scheduler.events import EventType
+
 from ..models import CapacityLimit, CapacityUnit, Event, Job, QuotaShare, UsageSample
 from ..models.jobs import QUEUED_STATUSES
 from ..read_model.times import iso
@@ -172,7 +174,7 @@ def preemption_markers(
     naming who preempted whom: on the row of the victim's share and unit (kind
     CROSS_SHARE or IN_SHARE), and, for a reclaim, also on the row of the share whose
     capacity came back, the preemptor's (kind RECLAIM_RETURNED)."""
-    events = Event.objects.filter(type="PREEMPTED", time__gte=since or now - HISTORY,
+    events = Event.objects.filter(type=EventType.PREEMPTED, time__gte=since or now - HISTORY,
                                   time__lte=now)
     if upto is not None:
         events = events.filter(id__lte=upto)

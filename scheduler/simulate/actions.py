@@ -6,10 +6,20 @@ from dataclasses import replace
 from typing import Any
 
 from ..decisions import PoolTermination
-from ..lifecycle import Outcome, PoolStatus, keep_alive_expiry
-from ..model import CapacityUnit, JobStatus, QuotaShare, ShareState, Strategy
+from ..effects import job_terminated, pool_ended
+from ..events import (
+    CapacityUpdated,
+    PriorityUpdated,
+    ShareDeleted,
+    ShareUpdated,
+    SubmitRejected,
+    Submitted,
+    WarmPoolUpdated,
+)
+from ..lifecycle import PoolStatus, keep_alive_expiry
+from ..model import CapacityUnit, QuotaShare, ShareState, Strategy
 from .reader import Reader, ScenarioError
-from .records import Segment, SimJob
+from .records import SimJob
 from .scenario import (
     STATES,
     STRATEGIES,
@@ -19,7 +29,7 @@ from .scenario import (
     parse_borrow_limit,
     parse_limits,
 )
-from .world import World
+from .world import World, available
 
 SHARE_DELETED_REASON = "Quota share deleted"
 
@@ -36,7 +46,7 @@ def apply_actions(world: World, actions: list[Action], t: int) -> None:
         elif action.kind == "terminate":
             job = world.jobs.get(action.payload[0])
             if job is not None and not job.status.terminal:
-                terminate(world, job, t, action.payload[1], leaves=True)
+                terminate(world, job, t, action.payload[1])
         elif action.kind == "update_keep_alive":
             update_keep_alive(world, action, t)
         elif action.kind == "update_share":
@@ -65,12 +75,12 @@ def submit(world: World, spec: JobSpec, t: int) -> None:
         reason = (f"keep_alive_seconds {spec.keep_alive_seconds} is above quota share "
                   f"{share.name}'s cap of {share.max_keep_alive_seconds}.")
     if reason is not None:
-        world.emit(t, "SUBMIT_REJECTED", spec.name, spec.quota_share, {"reason": reason})
+        world.emit(t, SubmitRejected(reason), spec.name, spec.quota_share)
         return
     job = SimJob(spec, len(world.jobs) + 1, t, spec.priority, spec.keep_alive_seconds)
     world.jobs[spec.name] = job
     world.live[spec.name] = job
-    world.emit_job(t, "SUBMITTED", job)
+    world.emit_job(t, Submitted(), job)
 
 
 def update_priority(world: World, job: SimJob | None, priority: int, t: int) -> None:
@@ -78,20 +88,16 @@ def update_priority(world: World, job: SimJob | None, priority: int, t: int) -> 
         return
     job.priority = priority
     job.touch()
-    world.emit_job(t, "PRIORITY_UPDATED", job, priority=priority)
+    world.emit_job(t, PriorityUpdated(priority), job)
 
 
-def terminate(world: World, job: SimJob, t: int, reason: str, *, leaves: bool) -> None:
-    """A user's terminate: the job FAILS with `reason`; RUNNING instances may stay warm."""
-    was_running = job.status is JobStatus.RUNNING
-    if job.status.active:
-        attempt = job.current
-        attempt.stopped_at, attempt.outcome = t, Outcome.TERMINATED
-        attempt.status_reason = reason
-    world.emit_job(t, "TERMINATED", job, reason=reason)
-    if job.status.active:
-        world.settle(job, t, leaves=leaves and was_running)
-    world.close(job, JobStatus.FAILED, reason)
+def terminate(world: World, job: SimJob, t: int, reason: str, *,
+              pool_ends_with_share: bool = False) -> None:
+    """A user's terminate: the job FAILS with `reason`; RUNNING instances may stay warm.
+    When its share is deleted, it leaves nothing and a pool it runs on ends (USER)."""
+    grace = t + world.policy.preemption_grace_seconds
+    world.apply(job_terminated(world.ending(job), t, reason, world.room(job), stop_by=grace,
+                               pool_ends_with_share=pool_ends_with_share), t)
 
 
 def update_keep_alive(world: World, action: Action, t: int) -> None:
@@ -109,18 +115,16 @@ def update_keep_alive(world: World, action: Action, t: int) -> None:
         job.keep_alive_seconds = keep_alive
         if segment is not None and segment.status is PoolStatus.IN_USE:
             segment.keep_alive_seconds = keep_alive
-        world.emit_job(t, "WARM_POOL_UPDATED", job, keep_alive_seconds=keep_alive,
-                       expires_at=None)
+        world.emit_job(t, WarmPoolUpdated(keep_alive, None), job)
         return
     if segment is None or segment.status is not PoolStatus.AVAILABLE:
         return
     pool = next(p for p in world.pools.values() if p.owner is job)
     expires_at = int(keep_alive_expiry(pool.available_since, keep_alive))
     segment.keep_alive_seconds, segment.expires_at = keep_alive, expires_at
-    world.emit_job(t, "WARM_POOL_UPDATED", job, keep_alive_seconds=keep_alive,
-                   expires_at=expires_at)
+    world.emit_job(t, WarmPoolUpdated(keep_alive, expires_at), job)
     if expires_at <= t:
-        world.end_pool(pool, t, PoolTermination.USER)
+        world.apply(pool_ended(available(pool), PoolTermination.USER, t), t)
     else:
         pool.expires_at = expires_at
         world.arm_pool(pool)
@@ -148,7 +152,7 @@ def update_share(world: World, body: Reader, t: int) -> None:
         changes["max_keep_alive_seconds"] = body.integer("max_keep_alive_seconds", low=0,
                                                          high=3600)
     world.shares[share.name] = replace(share, **changes)
-    world.emit(t, "SHARE_UPDATED", None, share.name, {"fields": fields})
+    world.emit(t, ShareUpdated(tuple(fields)), None, share.name)
 
 
 def delete_share(world: World, body: Reader, t: int) -> None:
@@ -158,19 +162,12 @@ def delete_share(world: World, body: Reader, t: int) -> None:
                                              "before it is deleted")
     for job in list(world.live.values()):
         if job.spec.quota_share == share.name:
-            if job.pool is not None:  # the pool it runs on ends with the share
-                job.pool.status = PoolStatus.TERMINATED
-                job.pool = None
-                job.segment = Segment(PoolStatus.TERMINATED, job.keep_alive_seconds,
-                                      termination_reason=PoolTermination.USER)
-                world.emit_job(t, "WARM_POOL_TERMINATED", job,
-                               reason=PoolTermination.USER.value)
-            terminate(world, job, t, SHARE_DELETED_REASON, leaves=False)
+            terminate(world, job, t, SHARE_DELETED_REASON, pool_ends_with_share=True)
     for pool in list(world.pools.values()):
         if pool.quota_share == share.name:
-            world.end_pool(pool, t, PoolTermination.USER)
+            world.apply(pool_ended(available(pool), PoolTermination.USER, t), t)
     del world.shares[share.name]
-    world.emit(t, "SHARE_DELETED", None, share.name)
+    world.emit(t, ShareDeleted(), None, share.name)
 
 
 def update_capacity(world: World, body: Reader, t: int) -> None:
@@ -178,4 +175,4 @@ def update_capacity(world: World, body: Reader, t: int) -> None:
     unit = world.capacity.get(name) or CapacityUnit(name, 0)
     changes = {key: body.data[key] for key in body.data if key != "capacity_unit"}
     world.capacity[name] = replace(unit, **changes)
-    world.emit(t, "CAPACITY_UPDATED", None, None, {"capacity_unit": name})
+    world.emit(t, CapacityUpdated(name), None, None)

@@ -1,5 +1,6 @@
-"""The simulator's world: state, timers, the lifecycle phase and applying a cycle's
-decisions.  Everything here follows scheduler.lifecycle, as the live executors do."""
+"""The simulator's world: state, timers, the lifecycle phase and a cycle.  What a decision
+or an attempt's end does comes from scheduler.effects, as it does for the live system; this
+module only applies those effects to memory."""
 
 from __future__ import annotations
 
@@ -11,21 +12,36 @@ from ..cycle import schedule_with_state
 from ..decisions import (
     CycleResult,
     Dispatch,
-    PoolTermination,
     Preempt,
     SetPendingReason,
     TerminateWarmPool,
 )
+from ..effects import (
+    AttemptEnded,
+    AvailablePool,
+    Effect,
+    Emit,
+    EndingJob,
+    JobClosed,
+    JobDispatched,
+    JobRequeued,
+    PoolAvailable,
+    PoolEnded,
+    PoolReused,
+    SegmentEnded,
+    WarmRoom,
+    attempt_finished,
+    dispatched,
+    pool_ended,
+    pool_terminated,
+    preempted,
+)
+from ..events import Payload, Running, details
 from ..lifecycle import (
-    PREEMPTION_RETRIES_EXHAUSTED,
     Outcome,
     PoolStatus,
     checkpointed_seconds,
-    leaves_warm_pool,
     pool_end,
-    preemption_fails_job,
-    retries_left,
-    settle_warm_pool,
     simulated_work_end,
     start_delay,
 )
@@ -56,13 +72,14 @@ class World:
 
     # Events and timers ------------------------------------------------------------------
 
-    def emit(self, t: int, event_type: str, job: str | None, share: str | None,
-             details: dict[str, Any] | None = None) -> None:
-        self.events.append({"t": t, "type": event_type, "job": job, "quota_share": share,
-                            "details": details or {}})
+    def emit(self, t: int, payload: Payload, job: str | None, share: str | None) -> None:
+        # The scenario output names jobs and counts whole seconds.
+        self.events.append({"t": t, "type": payload.type.value, "job": job,
+                            "quota_share": share,
+                            "details": details(payload, job=str, time=int)})
 
-    def emit_job(self, t: int, event_type: str, job: SimJob, **details: Any) -> None:
-        self.emit(t, event_type, job.name, job.spec.quota_share, details)
+    def emit_job(self, t: int, payload: Payload, job: SimJob) -> None:
+        self.emit(t, payload, job.name, job.spec.quota_share)
 
     def at(self, time: int, kind: int, order: int, ref: Any, token: int) -> None:
         self.timer_seq += 1
@@ -82,7 +99,7 @@ class World:
                 if pool.status is PoolStatus.AVAILABLE and pool.version == token:
                     _, reason = pool_end(pool.expires_at, pool.chain_started_at,
                                          self.policy.warm_pool_max_lifetime_seconds)
-                    self.end_pool(pool, time, reason)
+                    self.apply(pool_ended(available(pool), reason, time), time)
                 continue
             if kind == WAKE:
                 self.changed = True
@@ -107,7 +124,7 @@ class World:
         job.status = JobStatus.RUNNING
         job.current.started_at = t
         job.touch()
-        self.emit_job(t, "RUNNING", job)
+        self.emit_job(t, Running(), job)
         spec = job.spec
         end = simulated_work_end(t, spec.duration_seconds - job.progress, spec.max_runtime_seconds,
                                  spec.fail_at_seconds, spec.failure)
@@ -116,30 +133,92 @@ class World:
 
     def finish(self, job: SimJob, t: int) -> None:
         """The attempt's work ended: success, or a failure retried or final."""
-        attempt = job.current
-        end = attempt.work_end
+        end = job.current.work_end
         assert end is not None
-        attempt.stopped_at = t
-        attempt.outcome = end.outcome
+        self.apply(attempt_finished(self.ending(job), t, end.outcome, self.room(job),
+                                    failure=end.failure, reason=end.reason), t)
+
+    # The state effects apply to ---------------------------------------------------------
+
+    def ending(self, job: SimJob) -> EndingJob:
+        pool = job.pool
+        return EndingJob(
+            job=job.name, status=job.status, keep_alive_seconds=job.keep_alive_seconds,
+            instance_count=job.spec.instance_count, failed_count=job.failed_count,
+            retry_attempts=job.spec.retry_attempts, preempted_count=job.preempted_count,
+            preemption_retries=job.spec.preemption_retries,
+            started_at=job.current.started_at if job.attempts else None,
+            reused_pool=pool.id if pool is not None else None,
+            reused_chain_started_at=pool.chain_started_at if pool is not None else None,
+        )
+
+    def room(self, job: SimJob) -> WarmRoom:
+        unit = self.capacity.get(job.spec.instance_type)
+        return WarmRoom(self.available_on(job.spec.instance_type),
+                        unit.warm_pool_limit if unit else 0,
+                        self.policy.warm_pool_max_lifetime_seconds)
+
+    def available_on(self, unit: str) -> int:
+        return sum(p.instance_count for p in self.pools.values() if p.instance_type == unit)
+
+    # Applying effects -------------------------------------------------------------------
+
+    def apply(self, effects: tuple[Effect, ...], t: int) -> None:
+        for effect in effects:
+            if isinstance(effect, Emit):
+                assert effect.job is not None
+                self.emit_job(t, effect.payload, self.jobs[effect.job])
+            elif isinstance(effect, AttemptEnded):
+                self.end_attempt(self.jobs[effect.job], effect, t)
+            elif isinstance(effect, JobRequeued):
+                self.requeue(self.jobs[effect.job], effect, t)
+            elif isinstance(effect, JobClosed):
+                job = self.jobs[effect.job]
+                count(job, effect.failed_count, effect.preempted_count)
+                self.close(job, effect.status, effect.reason)
+            elif isinstance(effect, JobDispatched):
+                self.dispatch(self.jobs[effect.job], t, effect.decision)
+            elif isinstance(effect, PoolAvailable):
+                self.pool_available(self.jobs[effect.job], effect, t)
+            elif isinstance(effect, PoolReused):
+                self.reuse(self.pools.pop(effect.pool), self.jobs[effect.by_job],
+                           effect.billed_seconds)
+            elif isinstance(effect, SegmentEnded):
+                job = self.jobs[effect.job]
+                if job.pool is not None:  # its instances are gone
+                    job.pool.status = PoolStatus.TERMINATED
+                    job.pool = None
+                job.segment = Segment(PoolStatus.TERMINATED, job.keep_alive_seconds,
+                                      termination_reason=effect.reason)
+            elif isinstance(effect, PoolEnded):
+                self.end_pool(self.pools[effect.pool], effect)
+
+    def end_attempt(self, job: SimJob, effect: AttemptEnded, t: int) -> None:
+        attempt = job.current
+        attempt.stopped_at, attempt.outcome = t, effect.outcome
         self.changed = True
-        if end.outcome is Outcome.SUCCEEDED:
-            self.emit_job(t, "SUCCEEDED", job)
-            self.settle(job, t, leaves=True)
-            self.close(job, JobStatus.SUCCEEDED, None)
+        if effect.reason is not None and effect.outcome is not Outcome.PREEMPTED:
+            attempt.status_reason = effect.reason
+        if effect.outcome is not Outcome.PREEMPTED:
             return
-        attempt.status_reason = end.reason
-        job.failed_count += 1
-        retrying = retries_left(job.failed_count, job.spec.retry_attempts)
-        if retrying:
-            failure = end.failure.value if end.failure else None
-            self.emit_job(t, "ATTEMPT_FAILED", job, failure=failure, retrying=True)
-            self.settle(job, t, leaves=False)
+        attempt.kind, attempt.preempted_by = effect.kind, effect.preempted_by
+        if attempt.started_at is not None:  # the work up to its last checkpoint is kept
+            running = t - attempt.started_at
+            saved = checkpointed_seconds(running, job.spec.checkpoint_seconds)
+            job.progress = min(job.progress + saved, job.spec.duration_seconds)
+            self.lost_work += (running - saved) * job.spec.instance_count
+
+    def requeue(self, job: SimJob, effect: JobRequeued, t: int) -> None:
+        count(job, effect.failed_count, effect.preempted_count)
+        if effect.failed_count is not None:
             job.progress = 0  # a retry starts from zero
-            self.requeue(job, None)
-            return
-        self.emit_job(t, "FAILED", job, reason=end.reason)
-        self.settle(job, t, leaves=leaves_warm_pool(end.outcome, end.failure, False, True))
-        self.close(job, JobStatus.FAILED, end.reason)
+        grace = math.ceil(effect.not_before) if effect.not_before is not None else t
+        job.status = JobStatus.RUNNABLE
+        job.instances = ()
+        job.not_before = grace if grace > t else None
+        job.touch()
+        if grace > t:
+            self.at(grace, WAKE, job.sequence, job, 0)
 
     def close(self, job: SimJob, status: JobStatus, reason: str | None) -> None:
         job.status = status
@@ -149,57 +228,29 @@ class World:
         job.touch()
         self.live.pop(job.name, None)
 
-    def requeue(self, job: SimJob, not_before: int | None) -> None:
-        job.status = JobStatus.RUNNABLE
-        job.instances = ()
-        job.not_before = not_before
+    def dispatch(self, job: SimJob, t: int, decision: Dispatch) -> None:
+        attempt = Attempt(len(job.attempts) + 1, t, int(decision.starting_at),
+                          decision.borrowed_instances, decision.warm_start)
+        job.attempts.append(attempt)
+        job.status, job.pending, job.not_before = JobStatus.SCHEDULED, None, None
+        job.instances = decision.instances
+        if job.first_dispatched_at is None:
+            job.first_dispatched_at = t
         job.touch()
+        self.at(attempt.starting_at, STARTING, job.sequence, job, attempt.number)
 
     # Warm pools ---------------------------------------------------------------------
 
-    def available_on(self, unit: str) -> int:
-        return sum(p.instance_count for p in self.pools.values() if p.instance_type == unit)
-
-    def settle(self, job: SimJob, t: int, *, leaves: bool) -> None:
-        """What the job's instances become as its attempt ends (docs/semantics.md 6)."""
+    def pool_available(self, job: SimJob, effect: PoolAvailable, t: int) -> None:
         reused = job.pool
-        if reused is None and not (leaves and job.keep_alive_seconds > 0):
-            return
-        attempt = job.current
-        if reused is not None:
-            chain_start = reused.chain_started_at
-        else:  # the chain starts when its first job became RUNNING (0 is a time too)
-            chain_start = attempt.started_at if attempt.started_at is not None else t
-        unit = self.capacity.get(job.spec.instance_type)
-        settlement = settle_warm_pool(
-            keep_alive_seconds=job.keep_alive_seconds,
-            leaves_pool=leaves,
-            reused_pool=reused is not None,
-            ended_at=t,
-            chain_started_at=chain_start,
-            max_lifetime_seconds=self.policy.warm_pool_max_lifetime_seconds,
-            available_on_unit=self.available_on(job.spec.instance_type),
-            instance_count=job.spec.instance_count,
-            warm_pool_limit=unit.warm_pool_limit if unit else 0,
-        )
+        pool = reused or self.new_pool(job, int(effect.chain_started_at))
         job.pool = None
-        if settlement.status is PoolStatus.AVAILABLE:
-            assert settlement.expires_at is not None
-            pool = reused or self.new_pool(job, chain_start)
-            pool.owner, pool.status = job, PoolStatus.AVAILABLE
-            pool.available_since, pool.expires_at = t, int(settlement.expires_at)
-            self.pools[pool.id] = pool
-            job.segment = Segment(PoolStatus.AVAILABLE, job.keep_alive_seconds,
-                                  pool.expires_at, available_since=t)
-            self.emit_job(t, "WARM_POOL_AVAILABLE", job, expires_at=pool.expires_at)
-            self.arm_pool(pool)
-        elif settlement.status is PoolStatus.TERMINATED:
-            if reused is not None:
-                reused.status = PoolStatus.TERMINATED
-            job.segment = Segment(PoolStatus.TERMINATED, job.keep_alive_seconds,
-                                  termination_reason=settlement.reason)
-            self.emit_job(t, "WARM_POOL_TERMINATED", job,
-                          reason=settlement.reason.value if settlement.reason else None)
+        pool.owner, pool.status = job, PoolStatus.AVAILABLE
+        pool.available_since, pool.expires_at = t, int(effect.expires_at)
+        self.pools[pool.id] = pool
+        job.segment = Segment(PoolStatus.AVAILABLE, job.keep_alive_seconds,
+                              pool.expires_at, available_since=t)
+        self.arm_pool(pool)
 
     def new_pool(self, job: SimJob, chain_start: int) -> Pool:
         self.pool_seq += 1
@@ -213,18 +264,27 @@ class World:
                            self.policy.warm_pool_max_lifetime_seconds)
         self.at(int(math.ceil(time)), POOL_END, int(pool.id[3:]), pool, pool.version)
 
-    def end_pool(self, pool: Pool, t: int, reason: PoolTermination) -> None:
+    def end_pool(self, pool: Pool, effect: PoolEnded) -> None:
         """An Available pool ends: its owner's segment is Terminated and billed."""
         self.pools.pop(pool.id, None)
         pool.status = PoolStatus.TERMINATED
         pool.version += 1
         segment = pool.owner.segment
         if segment is not None:
-            segment.retained_billable_seconds += _since(segment, t)
+            segment.retained_billable_seconds += int(effect.billed_seconds)
             segment.status = PoolStatus.TERMINATED
-            segment.termination_reason = reason
+            segment.termination_reason = effect.reason
         self.changed = True
-        self.emit_job(t, "WARM_POOL_TERMINATED", pool.owner, reason=reason.value)
+
+    def reuse(self, pool: Pool, job: SimJob, billed_seconds: float) -> None:
+        segment = pool.owner.segment
+        if segment is not None:
+            segment.retained_billable_seconds += int(billed_seconds)
+            segment.status, segment.reused_by = PoolStatus.REUSED, job.name
+        pool.owner, pool.status = job, PoolStatus.IN_USE
+        pool.version += 1
+        job.pool = pool
+        job.segment = Segment(PoolStatus.IN_USE, job.keep_alive_seconds)
 
     # A cycle ---------------------------------------------------------------------------
 
@@ -240,6 +300,7 @@ class World:
 
     def cycle(self, t: int, snapshot: Snapshot) -> tuple[CycleResult, CycleState]:
         result, state = schedule_with_state(snapshot)
+        lifetime = self.policy.warm_pool_max_lifetime_seconds
         for decision in result.decisions:
             if isinstance(decision, SetPendingReason):
                 job = self.jobs[decision.job_id]
@@ -248,68 +309,26 @@ class World:
                 continue
             self.changed = True
             if isinstance(decision, TerminateWarmPool):
-                self.end_pool(self.pools[decision.pool_id], t, decision.reason)
+                ending = available(self.pools[decision.pool_id])
+                self.apply(pool_terminated(ending, decision.reason, t, lifetime), t)
             elif isinstance(decision, Preempt):
-                self.preempt(self.jobs[decision.job_id], t, decision)
+                self.apply(preempted(self.ending(self.jobs[decision.job_id]), decision, t), t)
             elif isinstance(decision, Dispatch):
-                self.dispatch(self.jobs[decision.job_id], t, decision)
+                reused = decision.warm_pool_id
+                taken = available(self.pools[reused]) if reused is not None else None
+                self.apply(dispatched(decision, t, taken), t)
         return result, state
 
-    def preempt(self, job: SimJob, t: int, decision: Preempt) -> None:
-        attempt = job.current
-        attempt.stopped_at, attempt.outcome = t, Outcome.PREEMPTED
-        attempt.kind, attempt.preempted_by = decision.kind, decision.preempted_by
-        if attempt.started_at is not None:
-            running = t - attempt.started_at
-            saved = checkpointed_seconds(running, job.spec.checkpoint_seconds)
-            job.progress = min(job.progress + saved, job.spec.duration_seconds)
-            self.lost_work += (running - saved) * job.spec.instance_count
-        job.preempted_count += 1
-        self.emit_job(t, "PREEMPTED", job, kind=decision.kind.value,
-                      preempted_by=decision.preempted_by)
-        if job.pool is not None:  # its segment's instances go to the preemptor
-            job.pool.status = PoolStatus.TERMINATED
-            job.pool = None
-            job.segment = Segment(PoolStatus.TERMINATED, job.keep_alive_seconds,
-                                  termination_reason=PoolTermination.EVICTED)
-            self.emit_job(t, "WARM_POOL_TERMINATED", job, reason=PoolTermination.EVICTED.value)
-        if preemption_fails_job(job.preempted_count, job.spec.preemption_retries):
-            self.emit_job(t, "FAILED", job, reason=PREEMPTION_RETRIES_EXHAUSTED)
-            self.close(job, JobStatus.FAILED, PREEMPTION_RETRIES_EXHAUSTED)
-            return
-        grace = int(math.ceil(decision.grace_until))
-        self.requeue(job, grace if grace > t else None)
-        if grace > t:
-            self.at(grace, WAKE, job.sequence, job, 0)
 
-    def dispatch(self, job: SimJob, t: int, decision: Dispatch) -> None:
-        attempt = Attempt(len(job.attempts) + 1, t, int(decision.starting_at),
-                          decision.borrowed_instances, decision.warm_start)
-        job.attempts.append(attempt)
-        job.status, job.pending, job.not_before = JobStatus.SCHEDULED, None, None
-        job.instances = decision.instances
-        if job.first_dispatched_at is None:
-            job.first_dispatched_at = t
-        job.touch()
-        self.emit_job(t, "DISPATCHED", job, borrowed_instances=decision.borrowed_instances,
-                      warm_start=decision.warm_start)
-        if decision.warm_pool_id is not None:
-            self.reuse(self.pools.pop(decision.warm_pool_id), job, t)
-        self.at(attempt.starting_at, STARTING, job.sequence, job, attempt.number)
-
-    def reuse(self, pool: Pool, job: SimJob, t: int) -> None:
-        previous = pool.owner
-        segment = previous.segment
-        if segment is not None:
-            segment.retained_billable_seconds += _since(segment, t)
-            segment.status, segment.reused_by = PoolStatus.REUSED, job.name
-        self.emit_job(t, "WARM_POOL_REUSED", previous, reused_by=job.name)
-        pool.owner, pool.status = job, PoolStatus.IN_USE
-        pool.version += 1
-        job.pool = pool
-        job.segment = Segment(PoolStatus.IN_USE, job.keep_alive_seconds)
+def available(pool: Pool) -> AvailablePool:
+    return AvailablePool(pool.id, pool.owner.name, pool.available_since, pool.expires_at,
+                         pool.chain_started_at)
 
 
-def _since(segment: Segment, t: int) -> int:
-    """Seconds the segment has stood Available by `t` (its billable time)."""
-    return t - segment.available_since if segment.available_since is not None else 0
+def count(job: SimJob, failed_count: int | None, preempted_count: int | None) -> None:
+    if failed_count is not None:
+        job.failed_count = failed_count
+    if preempted_count is not None:
+        job.preempted_count = preempted_count
+
+

@@ -18,6 +18,8 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
+from scheduler.lifecycle import Outcome
+
 from ...models import Job
 from ...models.warm_pools import PoolStatus
 from ...read_model.positions import position
@@ -48,7 +50,7 @@ def status_context(job: Job) -> dict[str, Any]:
                            grace.waiting(now, [job]))
     return {
         **row, "attempts": attempts, "segment": segment,
-        "preemptions": [a for a in attempts if a.outcome == "PREEMPTED"],
+        "preemptions": [a for a in attempts if a.outcome == Outcome.PREEMPTED],
         "billable_seconds": segment_billable_seconds(segment, now) if segment else 0.0,
         "billable_since": since,
     }

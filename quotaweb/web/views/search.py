@@ -11,6 +11,8 @@ from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import render
 
+from scheduler.events import EventType
+
 from ...models import Job, QuotaShare
 from ...models.jobs import JobStatus
 from ...read_model.events import event_dict, event_rows
@@ -19,10 +21,7 @@ from ..ranges import parse_moment
 
 JOBS_PER_PAGE = 50
 EVENTS_PER_PAGE = 100
-EVENT_TYPES = ("SUBMITTED", "PRIORITY_UPDATED", "DISPATCHED", "RUNNING", "SUCCEEDED",
-               "ATTEMPT_FAILED", "FAILED", "PREEMPTED", "TERMINATED", "WARM_POOL_AVAILABLE",
-               "WARM_POOL_REUSED", "WARM_POOL_UPDATED", "WARM_POOL_TERMINATED",
-               "SHARE_UPDATED", "SHARE_DELETED", "CAPACITY_UPDATED")
+EVENT_TYPES = tuple(t.value for t in EventType if t is not EventType.SUBMIT_REJECTED)
 
 
 def _times(params: QueryDict, problems: list[str]) -> dict[str, Any]:

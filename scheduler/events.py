@@ -1,0 +1,182 @@
+"""One vocabulary of events (docs/api.md, Events): an `EventType` and one frozen payload per
+type, shared by the simulator and the live system.
+
+A payload holds engine values: jobs by their engine id and times in engine seconds.  Each
+side renders them for its own record with `details(payload, job=…, time=…)`: the
+simulator names jobs and keeps whole seconds, the live system writes job ids and ISO times.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from enum import Enum, StrEnum
+from typing import Any, ClassVar
+
+from .decisions import PoolTermination, PreemptionKind
+from .lifecycle import Failure
+
+
+class EventType(StrEnum):
+    """Every event, in the order the pages list them (SUBMIT_REJECTED is the simulator's
+    only: the live system answers a refused submission with its error)."""
+
+    SUBMITTED = "SUBMITTED"
+    PRIORITY_UPDATED = "PRIORITY_UPDATED"
+    DISPATCHED = "DISPATCHED"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    ATTEMPT_FAILED = "ATTEMPT_FAILED"
+    FAILED = "FAILED"
+    PREEMPTED = "PREEMPTED"
+    TERMINATED = "TERMINATED"
+    WARM_POOL_AVAILABLE = "WARM_POOL_AVAILABLE"
+    WARM_POOL_REUSED = "WARM_POOL_REUSED"
+    WARM_POOL_UPDATED = "WARM_POOL_UPDATED"
+    WARM_POOL_TERMINATED = "WARM_POOL_TERMINATED"
+    SHARE_UPDATED = "SHARE_UPDATED"
+    SHARE_DELETED = "SHARE_DELETED"
+    CAPACITY_UPDATED = "CAPACITY_UPDATED"
+    SUBMIT_REJECTED = "SUBMIT_REJECTED"
+
+
+# Field metadata: which payload fields name a job or a moment, so each side renders them.
+JOB: dict[str, str] = {"render": "job"}
+TIME: dict[str, str] = {"render": "time"}
+
+
+@dataclass(frozen=True, slots=True)
+class Submitted:
+    type: ClassVar[EventType] = EventType.SUBMITTED
+
+
+@dataclass(frozen=True, slots=True)
+class SubmitRejected:
+    type: ClassVar[EventType] = EventType.SUBMIT_REJECTED
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class PriorityUpdated:
+    type: ClassVar[EventType] = EventType.PRIORITY_UPDATED
+    priority: int
+
+
+@dataclass(frozen=True, slots=True)
+class Terminated:
+    type: ClassVar[EventType] = EventType.TERMINATED
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Dispatched:
+    type: ClassVar[EventType] = EventType.DISPATCHED
+    borrowed_instances: int
+    warm_start: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Running:
+    type: ClassVar[EventType] = EventType.RUNNING
+
+
+@dataclass(frozen=True, slots=True)
+class Succeeded:
+    type: ClassVar[EventType] = EventType.SUCCEEDED
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptFailed:
+    """A failed attempt that is retried (a final failure is FAILED)."""
+
+    type: ClassVar[EventType] = EventType.ATTEMPT_FAILED
+    failure: Failure | None
+    retrying: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    type: ClassVar[EventType] = EventType.FAILED
+    reason: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Preempted:
+    type: ClassVar[EventType] = EventType.PREEMPTED
+    kind: PreemptionKind
+    preempted_by: str = field(metadata=JOB)
+
+
+@dataclass(frozen=True, slots=True)
+class WarmPoolAvailable:
+    type: ClassVar[EventType] = EventType.WARM_POOL_AVAILABLE
+    expires_at: float = field(metadata=TIME)
+
+
+@dataclass(frozen=True, slots=True)
+class WarmPoolReused:
+    """About the pool's previous owner, whose segment ends Reused."""
+
+    type: ClassVar[EventType] = EventType.WARM_POOL_REUSED
+    reused_by: str = field(metadata=JOB)
+
+
+@dataclass(frozen=True, slots=True)
+class WarmPoolTerminated:
+    type: ClassVar[EventType] = EventType.WARM_POOL_TERMINATED
+    reason: PoolTermination
+
+
+@dataclass(frozen=True, slots=True)
+class WarmPoolUpdated:
+    type: ClassVar[EventType] = EventType.WARM_POOL_UPDATED
+    keep_alive_seconds: int
+    expires_at: float | None = field(metadata=TIME)
+
+
+@dataclass(frozen=True, slots=True)
+class ShareUpdated:
+    type: ClassVar[EventType] = EventType.SHARE_UPDATED
+    fields: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ShareDeleted:
+    type: ClassVar[EventType] = EventType.SHARE_DELETED
+
+
+@dataclass(frozen=True, slots=True)
+class CapacityUpdated:
+    type: ClassVar[EventType] = EventType.CAPACITY_UPDATED
+    capacity_unit: str
+
+
+Payload = (
+    Submitted | SubmitRejected | PriorityUpdated | Terminated | Dispatched | Running
+    | Succeeded | AttemptFailed | Failed | Preempted | WarmPoolAvailable | WarmPoolReused
+    | WarmPoolTerminated | WarmPoolUpdated | ShareUpdated | ShareDeleted | CapacityUpdated
+)
+
+
+def details(
+    payload: Payload, *, job: Callable[[str], Any], time: Callable[[float], Any]
+) -> dict[str, Any]:
+    """The payload as an event's `details`, fields in declaration order: enums by value,
+    tuples as lists, job references through `job` and moments through `time` (None stays
+    None)."""
+    rendered: dict[str, Any] = {}
+    for item in fields(payload):
+        value = getattr(payload, item.name)
+        render = item.metadata.get("render")
+        if value is None:
+            pass
+        elif render == "job":
+            value = job(value)
+        elif render == "time":
+            value = time(value)
+        elif isinstance(value, Enum):
+            value = value.value
+        elif isinstance(value, tuple):
+            value = list(value)
+        rendered[item.name] = value
+    return rendered
