@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from django.http import HttpRequest
 from django.utils import timezone
 from ninja import Query, Router, Schema
 from pydantic import Field, StringConstraints
+
+from scheduler.events import EventType as EngineEventType
 
 from ...read_model import pools
 from ...read_model.events import event_dict, event_rows
@@ -19,7 +21,7 @@ from ..auth import current_user
 from ..errors import READ_ERRORS, error_responses
 from ..pagination import decode_cursor, encode_cursor
 from ..schemas.activity import EventListOut, UsageOut, WarmPoolListOut
-from ..schemas.common import MAX_ID, IsoTime, ShareName, UnitName
+from ..schemas.common import MAX_ID, IsoTime, ShareName, UnitName, literal_of_values
 from ..schemas.jobs import PoolStatus
 
 router = Router(tags=["activity"])
@@ -27,11 +29,10 @@ router = Router(tags=["activity"])
 MAX_SAMPLES = 10_000
 # The simulator's refusal event; the API answers a refused submission with its error.
 HIDDEN_EVENTS = ("SUBMIT_REJECTED",)
-EventType = Literal["SUBMITTED", "PRIORITY_UPDATED", "DISPATCHED", "RUNNING", "SUCCEEDED",
-                    "ATTEMPT_FAILED", "FAILED", "PREEMPTED", "TERMINATED",
-                    "WARM_POOL_AVAILABLE", "WARM_POOL_REUSED", "WARM_POOL_UPDATED",
-                    "WARM_POOL_TERMINATED", "SHARE_UPDATED", "SHARE_DELETED",
-                    "CAPACITY_UPDATED"]
+# The event types a reader can ask for: the engine's, but the simulator's own refusal.
+EventType = literal_of_values(
+    tuple(kind.value for kind in EngineEventType if kind.value not in HIDDEN_EVENTS)
+)
 JobNameFilter = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]{0,128}\*?$")]
 UserFilter = Annotated[str, StringConstraints(min_length=1, max_length=150)]
 

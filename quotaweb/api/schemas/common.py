@@ -57,6 +57,11 @@ def _iso_only(value: Any) -> Any:
 # A time given in a query string.
 IsoTime = Annotated[datetime, BeforeValidator(_iso_only)]
 
+def literal_of_values(values: tuple[str, ...]) -> Any:
+    """`Literal[...]` of some of an engine enum's values (see literal_of)."""
+    return Literal[values]
+
+
 def literal_of(enum: type[Enum]) -> Any:
     """`Literal[...]` of an enum's values: an engine enum is the one source of a status's
     spellings, and the OpenAPI schema still lists them inline, as docs/api.md shows them."""
