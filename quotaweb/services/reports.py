@@ -29,7 +29,7 @@ from django.db.models import Max
 
 from ..models import Attempt, Event, Job, UsageSample
 from ..models.jobs import JobStatus
-from ..web.series import integrate
+from ..series import integrate
 
 INTEGRATED = ("own", "borrowed", "lent", "warm", "in_use")
 HOURS = {"own": "own_instance_hours", "borrowed": "borrowed_instance_hours",

@@ -31,7 +31,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
-from .series import Moment, iso, parse_time
+from ..series import Moment, iso, parse_time
 
 Figure = dict[str, Any]
 Trace = dict[str, Any]

@@ -14,9 +14,9 @@ from ..models import CapacityLimit, CapacityUnit, Event, Job, QuotaShare, UsageS
 from ..models.jobs import QUEUED_STATUSES
 from ..realtime import serializers
 from ..realtime.serializers import FIGURES
+from ..series import downsample, integrate
 from . import figures, grace
 from .ranges import TimeRange
-from .series import downsample, integrate
 
 HISTORY = timedelta(hours=2)  # what a timeline holds; it shows the last 30 minutes
 MAX_SAMPLES = 20_000

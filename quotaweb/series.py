@@ -1,5 +1,7 @@
 """Pure helpers over time series of usage samples: parsing times and integrating step
-functions.  No Django: the figure builders and their tests use them on plain data."""
+functions.  No Django: the figure builders and their tests use them on plain data.  It sits
+beside the layers rather than in one, so the usage report (services) and the pages (web)
+share it without the services depending on the web layer."""
 
 from __future__ import annotations
 
