@@ -5,37 +5,39 @@ It computes exactly what quotaweb.series.downsample computes in Python (its test
 definition; a test compares the two on PostgreSQL and SQLite): [since, until] is cut into
 `buckets` equal buckets by integer division of epoch microseconds, and each bucket becomes
 one sample at its first sample's time and id, holding per figure the highest value reached
-in the bucket and the level carried in from the bucket before.  The database groups each
-series' samples by bucket with window functions and returns, per bucket, its first sample,
-its peaks and its last sample's figures; the level carried in is that last sample of the
-bucket before, taken here over those few rows.
+in the bucket and the level carried in from the bucket before (the last sample of that
+bucket).
 """
 
 from __future__ import annotations
 
+import operator
+from collections import defaultdict
 from datetime import datetime
+from functools import reduce
 from typing import Any
 
+from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import (
     BigIntegerField,
     Count,
     ExpressionWrapper,
-    F,
     Func,
     Max,
+    Min,
     Q,
     QuerySet,
     Value,
-    Window,
 )
-from django.db.models.functions import FirstValue, Greatest, RowNumber
+from django.db.models.functions import Greatest
 from django.db.models.sql.compiler import SQLCompiler
 
 from ..series import epoch_microseconds
 
 Row = dict[str, Any]
-SERIES = ("quota_share_id", "capacity_unit")
+Key = tuple[str, str]
+CHUNK = 10_000  # moments per query, where the database sets no limit on parameters
 
 
 class EpochMicroseconds(Func):
@@ -69,42 +71,64 @@ def downsampled_rows(rows: QuerySet[Any], figures: tuple[str, ...], since: datet
     """`rows` (usage samples of any series, over [since, until] and the level before it)
     downsampled per series to at most `buckets` samples: dicts with id, time (a datetime),
     quota_share (its name), capacity_unit and `figures`, in (time, id) order.  A series
-    with no more samples than buckets comes back whole, as series.downsample leaves it."""
-    begin, span = epoch_microseconds(since), max(1, epoch_microseconds(until)
-                                                 - epoch_microseconds(since))
+    with no more samples than buckets comes back whole, as series.downsample leaves it.
+
+    Two steps: one GROUP BY (series, bucket) gives each bucket's size, first and last
+    times and peaks; then the samples at those first and last times are read (at most two
+    per bucket), for the first one's id and the last one's levels, which the next bucket
+    carries in.  A GROUP BY is a tenth of the time window functions take over a week."""
+    begin = epoch_microseconds(since)
+    span = max(1, epoch_microseconds(until) - begin)
     bucket = ExpressionWrapper(
         Greatest(Value(0), EpochMicroseconds("time") - Value(begin)) * Value(buckets)
         / Value(span), output_field=BigIntegerField())
-    in_bucket = [*SERIES, "bucket"]
-    forwards, backwards = [F("time").asc(), F("id").asc()], [F("time").desc(), F("id").desc()]
-    annotated = rows.order_by().annotate(bucket=bucket).annotate(
-        series_size=Window(Count("id"), partition_by=[F(name) for name in SERIES]),
-        rank=Window(RowNumber(), partition_by=[F(name) for name in in_bucket],
-                    order_by=forwards),
-        **{f"peak_{figure}": Window(Max(figure), partition_by=[F(n) for n in in_bucket])
-           for figure in figures},
-        **{f"last_{figure}": Window(FirstValue(figure),
-                                    partition_by=[F(n) for n in in_bucket],
-                                    order_by=backwards)
-           for figure in figures},
-    )
-    fields = ("id", "time", "quota_share__name", "capacity_unit", "bucket", "series_size",
-              *figures, *(f"peak_{f}" for f in figures), *(f"last_{f}" for f in figures))
-    chosen = annotated.filter(Q(rank=1) | Q(series_size__lte=buckets)).values(*fields)
+    grouped = rows.order_by().annotate(bucket=bucket).values(
+        "quota_share__name", "capacity_unit", "bucket").annotate(
+        size=Count("id"), first=Min("time"), last=Max("time"),
+        **{f"peak_{figure}": Max(figure) for figure in figures})
+    by_series: dict[Key, list[Row]] = defaultdict(list)
+    for row in grouped:
+        by_series[row["quota_share__name"], row["capacity_unit"]].append(row)
+    whole = {key for key, series in by_series.items()
+             if sum(row["size"] for row in series) <= buckets}
+    moments = sorted({row[end] for key, series in by_series.items() if key not in whole
+                      for row in series for end in ("first", "last")})
+    fields = ("id", "time", "quota_share__name", "capacity_unit", *figures)
+    read = rows.order_by().values_list(*fields)
+    wanted = [read.filter(reduce(operator.or_, (
+        Q(quota_share__name=share, capacity_unit=unit) for share, unit in whole)))
+    ] if whole else []
+    # Chunks, within the database's limit on a query's parameters (Django assumes SQLite's
+    # oldest, 999), leaving room for those of `rows` itself.
+    limit = connections[rows.db].features.max_query_params
+    chunk = CHUNK if limit is None else max(1, limit - 100)
+    wanted += [read.filter(time__in=moments[at:at + chunk])
+               for at in range(0, len(moments), chunk)]
+    at_moment: dict[tuple[str, str, datetime], list[Row]] = defaultdict(list)
     samples: list[Row] = []
-    carried: dict[tuple[str, str], Row] = {}
-    for row in sorted(chosen, key=lambda row: (row["time"], row["id"])):
-        key = (row["quota_share__name"], row["capacity_unit"])
-        sample = {"id": row["id"], "time": row["time"], "quota_share": key[0],
-                  "capacity_unit": key[1]}
-        if row["series_size"] <= buckets:
-            sample.update({figure: row[figure] for figure in figures})
-        else:
-            before = carried.get(key)
-            sample.update({figure: max(row[f"peak_{figure}"],
-                                       before[f"last_{figure}"] if before and row["bucket"]
-                                       else row[f"peak_{figure}"])
-                           for figure in figures})
-            carried[key] = row
-        samples.append(sample)
+    for query in wanted:
+        for values in query:
+            row = dict(zip(fields, values, strict=True))
+            sample = {"id": row["id"], "time": row["time"],
+                      "quota_share": row["quota_share__name"],
+                      "capacity_unit": row["capacity_unit"],
+                      **{figure: row[figure] for figure in figures}}
+            key = (sample["quota_share"], sample["capacity_unit"])
+            if key in whole:
+                samples.append(sample)
+            else:
+                at_moment[(*key, sample["time"])].append(sample)
+    for key, series in by_series.items():
+        if key in whole:
+            continue
+        carried: Row | None = None
+        for row in sorted(series, key=lambda row: row["bucket"]):
+            first = min(at_moment[(*key, row["first"])], key=lambda s: s["id"])
+            sample = {**first, **{figure: row[f"peak_{figure}"] for figure in figures}}
+            if carried is not None and row["bucket"] > 0:
+                for figure in figures:
+                    sample[figure] = max(sample[figure], carried[figure])
+            samples.append(sample)
+            carried = max(at_moment[(*key, row["last"])], key=lambda s: s["id"])
+    samples.sort(key=lambda sample: (sample["time"], sample["id"]))
     return samples

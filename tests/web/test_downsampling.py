@@ -81,7 +81,9 @@ def downsampled_alike(qs1: QuotaShare, qs2: QuotaShare, buckets: int) -> int:
              for s in UsageSample.objects.select_related("quota_share")]
     with CaptureQueriesContext(connection) as queries:
         kept = downsampled_rows(UsageSample.objects.all(), FIGURES, SINCE, UNTIL, buckets)
-    assert len(queries.captured_queries) == 1
+    # The GROUP BY, the series left whole, then the buckets' first and last samples (in
+    # chunks of 899 on SQLite).
+    assert len(queries.captured_queries) <= (3 if connection.vendor == "postgresql" else 6)
     assert sorted(_key(sample) for sample in kept) == _reference(every, buckets)
     assert [(s["time"], s["id"]) for s in kept] == sorted((s["time"], s["id"]) for s in kept)
     counts: dict[tuple[str, str], int] = {}
