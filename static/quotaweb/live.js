@@ -175,8 +175,24 @@ function moveToNow(entry) {
   if (entry.follow) followClock(entry);
 }
 
+// Plotly leaves an empty trace out of the legend, so each mark's entry belongs to the first
+// row that draws it (as figures._legend_on_drawn_rows does on the server): when the first
+// mark of a kind arrives live on another row, the entry moves to that row with it.
+// Only the timelines' marks: a Gantt's legend groups are share names, whatever they are.
+const MARK_GROUPS = ["CROSS_SHARE", "IN_SHARE", "RECLAIM_RETURNED", "stopping"];
+
+function legendOnDrawnRows(data) {
+  const marks = data.filter((trace) => trace.meta?.markers || trace.meta?.stopping);
+  for (const group of MARK_GROUPS) {
+    const traces = marks.filter((trace) => trace.legendgroup === group);
+    const drawn = traces.find((trace) => trace.x.length > 0) || traces[0];
+    for (const trace of traces) trace.showlegend = trace === drawn;
+  }
+}
+
 function redraw(entry) {
   entry.dirty = false;
+  legendOnDrawnRows(entry.div.data);
   const layout = entry.div.layout;
   layout.datarevision = (layout.datarevision || 0) + 1;
   if (entry.height) layout.height = entry.height;
