@@ -1,5 +1,6 @@
 """Hover labels stay inside the plot area, on the fleet Gantt and the timelines, at the
-right edge where Plotly would put them past it, on a wide screen and on a phone (see
+right edge where Plotly would put them past it and at a bar's left end, on a wide screen
+and on a phone (see
 static/quotaweb/live.js, keepHoverInside)."""
 
 from __future__ import annotations
@@ -65,8 +66,15 @@ def test_hover_labels_near_the_right_edge_stay_inside_the_plot_area(
     page.locator("#fleet").scroll_into_view_if_needed()
     area = _plot_area(page, "fleet")
     bar = page.evaluate("""() => { const bar = document.querySelector('#fleet .bars .point');
-        const r = bar.getBoundingClientRect(); return {y: r.top + r.height / 2}; }""")
+        const r = bar.getBoundingClientRect();
+        return {left: r.left, y: r.top + r.height / 2}; }""")
     page.mouse.move(area["right"] - 3, bar["y"])
+    label = _hover_label(page, "fleet")
+    assert JOB in label["text"]
+    _assert_inside(label, area)
+    # And at the bar's start, on the left (the label opens to the right of it).
+    page.mouse.move(area["left"] + 1, area["bottom"] - 1)  # off the bar: no label
+    page.mouse.move(max(bar["left"], area["left"]) + 3, bar["y"])
     label = _hover_label(page, "fleet")
     assert JOB in label["text"]
     _assert_inside(label, area)
