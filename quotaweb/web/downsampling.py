@@ -1,5 +1,6 @@
-"""A long range's usage samples downsampled in the database, so a week reads at most
-`buckets` rows per series however many samples the week holds.
+"""A long range's usage samples downsampled in the database, so a week reads at most three
+rows per bucket (its aggregate, its first and its last sample) however many samples the
+week holds.
 
 It computes exactly what quotaweb.series.downsample computes in Python (its tests are the
 definition; a test compares the two on PostgreSQL and SQLite): [since, until] is cut into
