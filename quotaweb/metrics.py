@@ -18,10 +18,9 @@ from __future__ import annotations
 import hmac
 import ipaddress
 from collections.abc import Iterable, Iterator
-from typing import Any
 
 from django.conf import settings
-from django.db.models import Count, F, Q, Sum
+from django.db.models import Count, F, Sum
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
@@ -36,15 +35,14 @@ from prometheus_client.registry import Collector
 
 from scheduler.lifecycle import Outcome
 
-from .models import Attempt, CapacityUnit, CycleRecord, Job, QuotaShare, WarmPoolSegment
+from .models import Attempt, CapacityUnit, CycleTotals, Job, QuotaShare, WarmPoolSegment
 from .models.jobs import ACTIVE_STATUSES, QUEUED_STATUSES
+from .models.scheduler_state import CYCLE_BUCKETS
 from .models.warm_pools import PoolStatus
 from .services.billing import segment_billable_seconds
 from .web.usage_data import latest_figures
 
 SHARE_UNIT = ("quota_share", "capacity_unit")
-# Seconds; the cycle runs once a second, so its interesting range is well under one.
-CYCLE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 # metric name (after quotaweb_) → (usage figure, help)
 USAGE_GAUGES = {
     "quota_share_nominal_quota": ("limit", "Instances the share may use without borrowing "
@@ -159,17 +157,17 @@ class QuotawebCollector(Collector):
         yield billable
 
     def _cycles(self) -> Metric:
-        total = F("load_ms") + F("plan_ms") + F("apply_ms")
-        counts: dict[str, Any] = {f"le{i}": Count("id", filter=Q(total__lte=bound * 1000))
-                                  for i, bound in enumerate(CYCLE_BUCKETS)}
-        figures = CycleRecord.objects.annotate(total=total).aggregate(
-            count=Count("id"), sum=Sum("total"), **counts)
-        buckets = [(str(bound), figures[f"le{i}"]) for i, bound in enumerate(CYCLE_BUCKETS)]
-        buckets.append(("+Inf", figures["count"]))
+        """From CycleTotals, which each cycle updates as it is recorded: one row, so a
+        scrape costs the same after a week of cycles as after the first."""
+        totals = CycleTotals.objects.filter(id=1).first() or CycleTotals()
+        at_most = list(totals.at_most) or [0] * len(CYCLE_BUCKETS)
+        buckets = [(str(bound), count)
+                   for bound, count in zip(CYCLE_BUCKETS, at_most, strict=True)]
+        buckets.append(("+Inf", totals.count))
         return HistogramMetricFamily(
             "quotaweb_cycle_duration_seconds",
             "How long scheduling cycles took: load, plan and apply.", buckets=buckets,
-            sum_value=(figures["sum"] or 0.0) / 1000)
+            sum_value=totals.sum_ms / 1000)
 
 
 def allowed(request: HttpRequest) -> bool:

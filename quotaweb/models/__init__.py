@@ -5,7 +5,7 @@ from .capacity import CapacityUnit
 from .events import Event
 from .hosts import ExecutorHost, HostedInstance
 from .jobs import Attempt, AttemptRank, Job, LogLine
-from .scheduler_state import CycleRecord, SchedulerState
+from .scheduler_state import CycleRecord, CycleTotals, SchedulerState
 from .shares import CapacityLimit, QuotaShare
 from .tokens import ApiToken
 from .usage import UsageSample
@@ -18,6 +18,7 @@ __all__ = [
     "CapacityLimit",
     "CapacityUnit",
     "CycleRecord",
+    "CycleTotals",
     "Event",
     "ExecutorHost",
     "HostedInstance",

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from scheduler import CycleResult, schedule
 
-from ..models import CycleRecord, SchedulerState
+from ..models import CycleRecord, CycleTotals, SchedulerState
 from . import events, transitions, usage
 from .apply import StaleSnapshot, apply_decisions
 from .lock import cycle_lock
@@ -85,3 +85,5 @@ def _record(report: CycleReport, jobs: int) -> None:
         started_at=report.started_at, load_ms=report.load_ms, plan_ms=report.plan_ms,
         apply_ms=report.apply_ms, decisions=len(report.result.decisions), jobs=jobs,
     )
+    # total_ms sums like the SQL over the record did: (load_ms + plan_ms) + apply_ms.
+    CycleTotals.add(report.total_ms)

@@ -31,7 +31,7 @@ from scheduler.events import EventType
 
 from ..models import Attempt, Event, Job, UsageSample
 from ..models.jobs import JobStatus
-from ..web.series import integrate
+from ..series import integrate
 
 INTEGRATED = ("own", "borrowed", "lent", "warm", "in_use")
 HOURS = {"own": "own_instance_hours", "borrowed": "borrowed_instance_hours",

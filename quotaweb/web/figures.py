@@ -31,7 +31,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
-from .series import Moment, iso, parse_time
+from ..series import Moment, iso, parse_time
 
 Figure = dict[str, Any]
 Trace = dict[str, Any]
@@ -506,8 +506,10 @@ def _bar_trace(
                         "fgcolor": INK, "fgopacity": 0.55, "solidity": 0.3},
         },
         "customdata": [_bar_hover(b, e) for b, e in zip(ordered, ends, strict=True)],
+        # The instance in the label itself, not in a box beside it: a narrower label
+        # keeps inside the plot area on a phone (static/quotaweb/live.js).
         "hovertemplate": "<b>%{customdata[0]}</b> (%{customdata[1]})<br>%{customdata[2]}"
-                         "<br>%{customdata[3]}<extra>%{y}</extra>",
+                         "<br>%{customdata[3]} · %{y}<extra></extra>",
         "meta": {"time_base": True, "open": [[index, int(s.timestamp() * 1000)]
                                              for index, (b, s) in enumerate(zip(ordered,
                                                                                 starts,

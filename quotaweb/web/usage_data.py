@@ -16,15 +16,15 @@ from ..models import CapacityLimit, CapacityUnit, Event, Job, QuotaShare, UsageS
 from ..models.jobs import QUEUED_STATUSES
 from ..read_model.times import iso
 from ..read_model.usage import FIGURES, latest_usage_rows, usage_dict, usage_rows
+from ..series import integrate
 from . import figures, grace
+from .downsampling import downsampled_rows
 from .ranges import TimeRange
-from .series import downsample, integrate
 
 HISTORY = timedelta(hours=2)  # what a timeline holds; it shows the last 30 minutes
 MAX_SAMPLES = 20_000
 MAX_MARKERS = 2_000
 POINTS_PER_SERIES = 600  # a long range's points per series (about one per pixel column)
-MAX_LONG_SAMPLES = 500_000
 
 Row = dict[str, Any]
 
@@ -150,19 +150,10 @@ def timeline_samples(
 
 
 def long_range_samples(rows: Any, since: datetime, until: datetime) -> list[Row]:
-    """A long range's samples, read as plain rows and downsampled per series to at most
-    POINTS_PER_SERIES points (series.downsample keeps each bucket's peaks), so a week
+    """A long range's samples downsampled per series to at most POINTS_PER_SERIES points,
+    in the database (web.downsampling keeps each bucket's peaks), so a week reads and
     draws as fast as half an hour."""
-    fields = ("id", "time", "quota_share__name", "capacity_unit", *FIGURES)
-    by_series: dict[tuple[str, str], list[Row]] = defaultdict(list)
-    for values in rows.order_by("time", "id").values_list(*fields)[:MAX_LONG_SAMPLES]:
-        row = dict(zip(fields, values, strict=True))
-        row["quota_share"] = row.pop("quota_share__name")
-        by_series[row["quota_share"], row["capacity_unit"]].append(row)
-    samples = []
-    for series in by_series.values():
-        samples += downsample(series, FIGURES, since, until, POINTS_PER_SERIES)
-    samples.sort(key=lambda row: (row["time"], row["id"]))
+    samples = downsampled_rows(rows, FIGURES, since, until, POINTS_PER_SERIES)
     return [{**row, "time": iso(row["time"])} for row in samples]
 
 

@@ -124,6 +124,56 @@ function fixHeight(entry, figure) {
   }
 }
 
+// Hover labels stay inside the plot area.  Plotly keeps a label inside the whole figure
+// at best, and a label wider than the room beside its point spills over the axis titles,
+// or off a phone's screen.  Plotly redraws its labels at every mouse move (without an
+// event when the point is the same), so an observer of the hover layer moves each label
+// that reaches past the plot area back in, shrinking it first if it is wider or taller
+// than the area.  A label already inside is left alone, so its own change ends the loop.
+function plotArea(div) {
+  // The subplots' drag rectangles: each covers one subplot's axes, margins excluded.
+  const rects = [...div.querySelectorAll(".draglayer .nsewdrag")]
+    .map((rect) => rect.getBoundingClientRect()).filter((rect) => rect.width > 0);
+  if (!rects.length) return null;
+  return { left: Math.min(...rects.map((r) => r.left)), top: Math.min(...rects.map((r) => r.top)),
+           right: Math.max(...rects.map((r) => r.right)),
+           bottom: Math.max(...rects.map((r) => r.bottom)) };
+}
+
+const TRANSLATE = /translate\(\s*(-?[\d.e+-]+)[ ,]+(-?[\d.e+-]+)\s*\)/;
+
+function keepLabelInside(label, area) {
+  const rect = label.getBoundingClientRect();
+  if (rect.left >= area.left - 0.5 && rect.right <= area.right + 0.5
+      && rect.top >= area.top - 0.5 && rect.bottom <= area.bottom + 0.5) return;
+  const match = TRANSLATE.exec(label.getAttribute("transform") || "");
+  if (!match) return;
+  const [x, y] = [Number(match[1]), Number(match[2])];
+  const oldScale = Number(/scale\(([\d.e+-]+)\)/.exec(label.getAttribute("transform"))?.[1] || 1);
+  const scale = oldScale * Math.min(1, (area.right - area.left) / rect.width,
+                                    (area.bottom - area.top) / rect.height);
+  label.setAttribute("transform", `translate(${x},${y}) scale(${scale})`);
+  const fitted = label.getBoundingClientRect();
+  const dx = fitted.left < area.left ? area.left - fitted.left
+    : Math.min(0, area.right - fitted.right);
+  const dy = fitted.top < area.top ? area.top - fitted.top
+    : Math.min(0, area.bottom - fitted.bottom);
+  label.setAttribute("transform", `translate(${x + dx},${y + dy}) scale(${scale})`);
+}
+
+function keepHoverInside(div) {
+  const observer = new MutationObserver((records) => {
+    if (!records.some((record) => record.target.closest?.(".hoverlayer"))) return;
+    const area = plotArea(div);
+    if (!area) return;
+    for (const label of div.querySelectorAll(".hoverlayer g.hovertext")) {
+      keepLabelInside(label, area);
+    }
+  });
+  observer.observe(div, { subtree: true, childList: true, attributes: true,
+                          attributeFilter: ["transform"] });
+}
+
 function initFigures() {
   for (const div of document.querySelectorAll("[data-figure]")) {
     const figure = localizeFigure(readJSON(div.dataset.figure));
@@ -131,6 +181,7 @@ function initFigures() {
     const entry = { div, follow: true, dirty: false, config: figure.config, height: null };
     fixHeight(entry, figure);
     Plotly.newPlot(div, figure.data, figure.layout, figure.config);
+    keepHoverInside(div);
     div.on("plotly_relayout", (change) => {
       if (change["xaxis.autorange"]) {
         entry.follow = true; // double-click: follow the clock again
@@ -175,8 +226,24 @@ function moveToNow(entry) {
   if (entry.follow) followClock(entry);
 }
 
+// Plotly leaves an empty trace out of the legend, so each mark's entry belongs to the first
+// row that draws it (as figures._legend_on_drawn_rows does on the server): when the first
+// mark of a kind arrives live on another row, the entry moves to that row with it.
+// Only the timelines' marks: a Gantt's legend groups are share names, whatever they are.
+const MARK_GROUPS = ["CROSS_SHARE", "IN_SHARE", "RECLAIM_RETURNED", "stopping"];
+
+function legendOnDrawnRows(data) {
+  const marks = data.filter((trace) => trace.meta?.markers || trace.meta?.stopping);
+  for (const group of MARK_GROUPS) {
+    const traces = marks.filter((trace) => trace.legendgroup === group);
+    const drawn = traces.find((trace) => trace.x.length > 0) || traces[0];
+    for (const trace of traces) trace.showlegend = trace === drawn;
+  }
+}
+
 function redraw(entry) {
   entry.dirty = false;
+  legendOnDrawnRows(entry.div.data);
   const layout = entry.div.layout;
   layout.datarevision = (layout.datarevision || 0) + 1;
   if (entry.height) layout.height = entry.height;

@@ -109,6 +109,9 @@ def test_the_walkthrough_marks_reclaims_and_preemptions_live(
     expect(overview.locator("#event-feed")).to_contain_text(
         "qs1_job_med dispatched, borrowing 1", timeout=LIVE_TIMEOUT_MS)
     assert _marker_count(overview, "QS1", "CROSS_SHARE") == 0
+    reclaim_legend = overview.locator("#timeline .legend .legendtext",
+                                      has_text="reclaim (capacity came back)")
+    expect(reclaim_legend).to_have_count(0)  # no mark drawn, no legend entry
 
     _submit(bob, server, "qs2_job_1", "QS2", 1)
     _wait_for_marker(overview, "QS1", "CROSS_SHARE")
@@ -120,6 +123,9 @@ def test_the_walkthrough_marks_reclaims_and_preemptions_live(
     # The lender, whose capacity came back, shows the reclaim too.
     assert _marker_count(overview, "QS2", "RECLAIM_RETURNED") == 1
     assert _marker_count(overview, "QS1", "RECLAIM_RETURNED") == 0
+    # Its ▲ legend entry comes with the first mark, live, on the lender's row (QS2, the
+    # second: the first row's ▲ trace, which held the entry, is still empty).
+    expect(reclaim_legend).to_have_count(1, timeout=LIVE_TIMEOUT_MS)
 
     alice.goto(f"{server.url}/jobs/{ids['qs1_job_low']}")
     alice.fill("input[name=priority]", "4")

@@ -16,7 +16,8 @@ from typing import Any
 import plotly.graph_objects as go
 import pytest
 
-from quotaweb.web import figures, series
+from quotaweb import series
+from quotaweb.web import figures
 from quotaweb.web.figures import OKABE_ITO
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

@@ -4,16 +4,20 @@ billable time; only the metrics token or an allowed address may read it."""
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.apps import apps as django_apps
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
-from quotaweb.models import CapacityUnit, CycleRecord, Job, WarmPool
+from quotaweb.models import CapacityUnit, CycleRecord, CycleTotals, Job, WarmPool
 from quotaweb.scheduling.tick import run_cycle
 from quotaweb.services.billing import pool_billable_seconds
 from quotaweb.services.jobs import submit_job
@@ -147,3 +151,58 @@ def test_only_the_token_or_an_allowed_address_may_scrape(
     assert client.get("/metrics", REMOTE_ADDR="10.20.30.40").status_code == 200
     assert client.get("/metrics").status_code == 403  # loopback no longer listed
     assert client.post("/metrics", HTTP_AUTHORIZATION="Bearer s3cret").status_code == 405
+
+
+def _recorded_histogram() -> dict[str, float]:
+    """The histogram straight from every CycleRecord: what the scrape must agree with."""
+    records = list(CycleRecord.objects.values_list("load_ms", "plan_ms", "apply_ms"))
+    totals = [(load + plan) + apply for load, plan, apply in records]
+    figures = {bound: float(sum(total <= float(bound) * 1000 for total in totals))
+               for bound in ("0.005", "0.01", "0.025", "0.05", "0.1", "0.25", "0.5", "1.0",
+                             "2.5", "5.0")}
+    return {**figures, "+Inf": float(len(totals)), "sum": sum(totals) / 1000}
+
+
+def _scraped_histogram(metrics: Samples) -> dict[str, float]:
+    buckets = metrics["quotaweb_cycle_duration_seconds_bucket"]
+    return {**{dict(key)["le"]: value for key, value in buckets.items()},
+            "sum": metrics["quotaweb_cycle_duration_seconds_sum"][()]}
+
+
+def test_a_scrape_reads_the_cycle_totals_not_every_cycle_record(
+    walkthrough_config: Any, member: Any, client_for: ClientFor
+) -> None:
+    """A week of cycles is 600,000 records: the scrape reads the totals each cycle keeps
+    (CycleTotals), one row, and they agree with the records, cycle after cycle."""
+    client = client_for(member)
+    start = timezone.now() - timedelta(seconds=100)
+    for second in range(12):
+        run_cycle(now=start + timedelta(seconds=second))
+    with CaptureQueriesContext(connection) as queries:
+        metrics = scrape(client)
+    tables = " ".join(query["sql"] for query in queries.captured_queries)
+    assert "quotaweb_cyclerecord" not in tables and "quotaweb_cycletotals" in tables
+    assert CycleRecord.objects.count() == 12
+    assert _scraped_histogram(metrics) == pytest.approx(_recorded_histogram())
+
+
+def test_the_migration_counts_the_cycles_recorded_before_it(
+    walkthrough_config: Any, member: Any, client_for: ClientFor
+) -> None:
+    """Records of every duration, around each bound, counted by the migration's one
+    aggregate; then a cycle adds itself to them."""
+    at = timezone.now()
+    CycleRecord.objects.bulk_create(
+        CycleRecord(started_at=at, load_ms=ms / 4, plan_ms=ms / 2, apply_ms=ms / 4,
+                    decisions=0, jobs=0)
+        for ms in (1, 5, 5.01, 9.99, 10, 30, 60, 200, 400, 900, 1000, 2000, 4000, 9000) * 50)
+    CycleTotals.objects.all().delete()
+    migration = importlib.import_module("quotaweb.migrations.0005_cycle_totals")
+    migration.count_recorded_cycles(django_apps, None)
+    client = client_for(member)
+    assert _scraped_histogram(scrape(client)) == pytest.approx(_recorded_histogram())
+    assert CycleTotals.objects.get().count == 14 * 50
+    run_cycle()
+    metrics = scrape(client)
+    assert metrics["quotaweb_cycle_duration_seconds_count"][()] == 14 * 50 + 1
+    assert _scraped_histogram(metrics) == pytest.approx(_recorded_histogram())

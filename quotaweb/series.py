@@ -1,10 +1,12 @@
 """Pure helpers over time series of usage samples: parsing times and integrating step
-functions.  No Django: the figure builders and their tests use them on plain data."""
+functions.  No Django: the figure builders and their tests use them on plain data.  It sits
+beside the layers rather than in one, so the usage report (services) and the pages (web)
+share it without the services depending on the web layer."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 Sample = Mapping[str, Any]
@@ -17,6 +19,14 @@ def parse_time(value: Moment) -> datetime:
     if moment.tzinfo is None:
         raise ValueError(f"time {value!r} has no time zone")
     return moment.astimezone(UTC)
+
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def epoch_microseconds(value: Moment) -> int:
+    """Whole microseconds since 1970 UTC, exactly (what the database's downsampling uses)."""
+    return (parse_time(value) - EPOCH) // timedelta(microseconds=1)
 
 
 def iso(value: Moment) -> str:
@@ -48,15 +58,17 @@ def downsample(samples: list[Sample], fields: tuple[str, ...], start: Moment, en
     per field, the highest value the series reached in the bucket (the level carried in
     from the bucket before included), so no peak is lost.  A series that already has no
     more samples than buckets is returned as it is.  `samples` are one series, in time
-    order."""
+    order.  The pages downsample in the database (web.downsampling), which must agree with
+    this definition."""
     if len(samples) <= buckets:
         return samples
-    begin, finish = parse_time(start), parse_time(end)
-    width = max((finish - begin).total_seconds() / buckets, 1e-6)
+    # Integer microseconds, so the database (web.downsampling) cuts the same buckets.
+    begin = epoch_microseconds(start)
+    span = max(1, epoch_microseconds(end) - begin)
     chosen: dict[int, dict[str, Any]] = {}
     carried: Sample | None = None
     for sample in samples:
-        index = int(max(0.0, (parse_time(sample["time"]) - begin).total_seconds()) // width)
+        index = max(0, epoch_microseconds(sample["time"]) - begin) * buckets // span
         bucket = chosen.get(index)
         if bucket is None:
             bucket = chosen[index] = dict(sample)
