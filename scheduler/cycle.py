@@ -27,11 +27,13 @@ from .decisions import (
     Withdraw,
 )
 from .model import Job, Snapshot, WarmPool
-from .ordering import Key, borrow_fifo_key, in_quota_pick_key, in_share_head_key
+from .ordering import borrow_fifo_key, in_quota_pick_key, in_share_head_key
 from .pending import pending_decisions
+from .plans import in_quota_plan, in_share_victims
+from .quiet_rounds import skip_quiet_rounds
 from .state import CycleState
 from .validation import validate_snapshot
-from .victims import Holding, release, take, take_then_spare
+from .victims import Holding
 
 
 def schedule(snapshot: Snapshot) -> CycleResult:
@@ -99,120 +101,12 @@ class _Cycle:
 
     def place_until_stable(self) -> None:
         while True:
-            self.skip_quiet_rounds()
+            skip_quiet_rounds(self.state)
             progress = self.in_quota_pass()
             progress = self.borrowing_pass() or progress
             progress = self.in_share_pass() or progress
             if not progress:
                 return
-
-    def skip_quiet_rounds(self) -> None:
-        """Play out at once the rounds ahead that would only skip heads.  Such a round
-        changes nothing, so until some share's head would not be skipped, each round skips
-        exactly each share's next job: every share advances by that many jobs.  (The rounds
-        still count: a share's later jobs join the borrowing pass by them.)"""
-        state = self.state
-        verdicts: dict[Key, bool] = {}
-        # Each share's first run, as a lower bound of its quiet rounds: the fewest rounds
-        # are then found by walking further only the shares whose first run is shorter.
-        bounds: list[tuple[int, str]] = []
-        for share in state.share_names:
-            skipped = self.first_run_skipped(share, verdicts)
-            if skipped == 0:
-                return  # this share's head progresses: no round is quiet
-            if skipped is not None:
-                bounds.append((skipped, share))
-        rounds: int | None = None  # None: every waiting job would be skipped
-        for bound, share in sorted(bounds):
-            if rounds is not None and bound >= rounds:
-                break
-            quiet = self.quiet_rounds(share, verdicts, rounds)
-            if quiet is not None and (rounds is None or quiet < rounds):
-                rounds = quiet
-        for share in state.share_names:
-            state.advance(share, rounds)
-
-    def first_run_skipped(self, share: str, verdicts: dict[Key, bool]) -> int | None:
-        """How many jobs of the share's first run with jobs still to place would be
-        skipped: 0 if its head progresses, None if the share has no job left."""
-        for _, count, job in self.state.upcoming_runs(share):
-            if job is not None:
-                return count if self.skipped_in_a_quiet_round(job, verdicts) else 0
-        return None
-
-    def quiet_rounds(
-        self, share: str, verdicts: dict[Key, bool], at_most: int | None
-    ) -> int | None:
-        """How many of the share's next heads would be skipped, one per round, before one
-        that would not; None if all would, or if at least `at_most` would."""
-        skipped = 0
-        for _, count, job in self.state.upcoming_runs(share):
-            if job is None:
-                continue
-            if at_most is not None and skipped >= at_most:
-                return None
-            if not self.skipped_in_a_quiet_round(job, verdicts):
-                return skipped
-            skipped += count
-        return None
-
-    def skipped_in_a_quiet_round(self, head: Job, verdicts: dict[Key, bool]) -> bool:
-        """Whether `head` would be skipped in a round that changes nothing: it is neither
-        placed in quota (reclaiming) nor by borrowing, and may not preempt in its share.
-        Alike heads fare alike, so the verdict is kept for the rest of the quiet rounds."""
-        state = self.state
-        share = state.share(head.quota_share)
-        key: Key
-        if not share.in_share_preemption and not state.pools[share.name]:
-            # The common case, without pools (no reuse, no evictions), written out: this
-            # runs for every share in every batch of quiet rounds.  The verdict then depends
-            # on the share's standing alone, even for a head in quota: it reclaims from the
-            # shares that borrow, and a share with room in its limit is not one of them, so
-            # every such share sees the same candidates.
-            account = state.ledger(head.instance_type).account(share.name)
-            key = (head.instance_type, head.instance_count, account.used, account.limit,
-                   account.strategy, account.borrow_cap)
-            verdict = verdicts.get(key)
-            if verdict is None:
-                verdict = verdicts[key] = not self.could_progress(head, None)
-            return verdict
-        reuse = state.matching_pool(head)
-        count = 0 if reuse is not None else head.instance_count
-        if share.in_share_preemption or state.in_quota_eligible(head):
-            # Its own share's pools and jobs matter (in-share candidates, evictions, reclaim
-            # from the others).
-            priority = head.priority if share.in_share_preemption else None
-            key = (share.name, head.instance_type, count, priority, reuse and reuse.id)
-        else:
-            # Only whether it fits, which depends on the share's standing alone: shares
-            # that stand alike share the verdict.
-            account = state.ledger(head.instance_type).account(share.name)
-            key = (head.instance_type, count, account.used, account.limit, account.strategy,
-                   account.borrow_cap)
-        verdict = verdicts.get(key)
-        if verdict is None:
-            verdict = verdicts[key] = not self.could_progress(head, reuse)
-        return verdict
-
-    def could_progress(self, head: Job, reuse: WarmPool | None) -> bool:
-        """Whether some step of a round would place `head` or let it preempt; leaves the
-        ledger as it was."""
-        state = self.state
-        ledger = state.ledger(head.instance_type)
-        count = 0 if reuse is not None else head.instance_count
-        if state.in_quota_eligible(head):
-            plan = self.in_quota_plan(head)
-            if plan is not None:
-                release(ledger, plan[1])
-                return True
-        if ledger.fits(head.quota_share, count):
-            return True
-        if not state.share(head.quota_share).in_share_preemption:
-            return False
-        victims = self.in_share_victims(head, reuse, count)
-        if victims is not None:
-            release(ledger, victims)
-        return victims is not None
 
     # 3. In-quota pass -----------------------------------------------------------------
 
@@ -242,57 +136,12 @@ class _Cycle:
                 failed.add(best_head.id)
 
     def place_in_quota(self, head: Job) -> bool:
-        plan = self.in_quota_plan(head)
+        plan = in_quota_plan(self.state, head)
         if plan is None:
             return False
         reuse, victims = plan
         self.commit(head, reuse, victims, PreemptionKind.CROSS_SHARE)
         return True
-
-    def in_quota_plan(self, head: Job) -> tuple[WarmPool | None, list[Holding]] | None:
-        """The pool the head reuses and what it evicts and reclaims to be placed in quota,
-        with the ledger counting those gone; None, with the ledger untouched, if it cannot."""
-        state = self.state
-        share, unit = head.quota_share, head.instance_type
-        ledger = state.ledger(unit)
-        reuse = state.matching_pool(head)
-        count = 0 if reuse is not None else head.instance_count
-        evicted = [] if reuse is not None else self.own_pools_to_evict(head)
-        take(ledger, evicted)
-        victims = take_then_spare(
-            state.reclaim_candidates(share, unit),
-            ledger,
-            share,
-            count,
-            only_from_borrowers=True,
-        )
-        if victims is None:
-            release(ledger, evicted)
-            return None
-        return reuse, evicted + victims
-
-    def own_pools_to_evict(self, head: Job) -> list[Holding]:
-        """The fewest of the share's non-matching pools (soonest-expiring first) whose
-        eviction brings the head within its limit."""
-        state = self.state
-        share, unit = head.quota_share, head.instance_type
-        excess = state.ledger(unit).used(share) + head.instance_count - state.limit(share, unit)
-        if excess <= 0:
-            return []
-        taken: list[Holding] = []
-        for holding in state.own_pools_by_expiry(share, unit):
-            if excess <= 0:
-                break
-            taken.append(holding)
-            excess -= holding.count
-        kept: list[Holding] = []
-        for holding in reversed(taken):
-            if excess + holding.count <= 0:
-                excess += holding.count  # spared: still within the limit without it
-            else:
-                kept.append(holding)
-        kept.reverse()
-        return kept
 
     # 4. Borrowing pass ----------------------------------------------------------------
 
@@ -344,7 +193,7 @@ class _Cycle:
                 continue  # something freed up: the next round's steps 3–4 place it
             progress = True
             if state.share(head.quota_share).in_share_preemption:
-                victims = self.in_share_victims(head, reuse, count)
+                victims = in_share_victims(self.state, head, reuse, count)
                 if victims is not None:
                     self.commit(head, reuse, victims, PreemptionKind.IN_SHARE)
                     continue
@@ -366,17 +215,6 @@ class _Cycle:
             progress = True
             state.skip(share)
         return progress
-
-    def in_share_victims(
-        self, head: Job, reuse: WarmPool | None, count: int
-    ) -> list[Holding] | None:
-        return take_then_spare(
-            self.state.in_share_candidates(head, reuse),
-            self.state.ledger(head.instance_type),
-            head.quota_share,
-            count,
-            only_from_borrowers=False,
-        )
 
     # Applying a placement -------------------------------------------------------------
 

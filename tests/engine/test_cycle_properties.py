@@ -669,7 +669,7 @@ def long_queues(draw: st.DrawFn) -> Snapshot:
 
 def round_by_round(snapshot: Snapshot) -> CycleResult:
     """The cycle without skipping quiet rounds at once: every round played out."""
-    with mock.patch.object(cycle_module._Cycle, "skip_quiet_rounds", lambda self: None):
+    with mock.patch.object(cycle_module, "skip_quiet_rounds", lambda state: None):
         return schedule(snapshot)
 
 
