@@ -277,6 +277,19 @@ class _Forecast:
         return Estimate(None, f"waits for {self.listed(blocking)}, whose runtime is unknown")
 
 
+def starts_in(seconds: float) -> str:
+    """How far off a start is, in round words."""
+    if seconds < 30:
+        return "starts in a moment"
+    minutes = round(seconds / 60)
+    if minutes < 60:
+        return f"starts in about {max(minutes, 1)} min"
+    hours = round(seconds / 3600)
+    if hours < 48:
+        return f"starts in about {hours} h"
+    return f"starts in about {round(seconds / 86400)} days"
+
+
 def _span(seconds: float) -> str:
     if seconds >= 3600 and seconds % 3600 == 0:
         return f"{int(seconds // 3600)} h"

@@ -8,6 +8,8 @@ from typing import Any
 
 from django.utils import timezone
 
+from scheduler.forecast import starts_in
+
 from ..models import Attempt, Job, LogLine, QuotaShare, WarmPoolSegment
 from ..models.jobs import ACTIVE_STATUSES, QUEUED_STATUSES, JobStatus
 from ..read_model.jobs import View, job_dict
@@ -47,18 +49,6 @@ def estimate(at: datetime | None, basis: str | None, now: datetime | None = None
     return {"at": at, "when": starts_in((at - (now or timezone.now())).total_seconds()),
             "basis": basis}
 
-
-def starts_in(seconds: float) -> str:
-    """How far off a start is, in round words."""
-    if seconds < 30:
-        return "starts in a moment"
-    minutes = round(seconds / 60)
-    if minutes < 60:
-        return f"starts in about {max(minutes, 1)} min"
-    hours = round(seconds / 3600)
-    if hours < 48:
-        return f"starts in about {hours} h"
-    return f"starts in about {round(seconds / 86400)} days"
 
 
 def _status_rank(job: Job) -> int:

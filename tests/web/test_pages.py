@@ -847,6 +847,6 @@ def test_a_waiting_job_shows_its_estimated_start_on_its_page_and_in_the_table(
     (3 * 3600, "starts in about 3 h"), (5 * 86400, "starts in about 5 days"),
 ])
 def test_how_far_off_a_start_is_in_round_words(seconds: float, said: str) -> None:
-    from quotaweb.web.job_data import starts_in
+    from scheduler.forecast import starts_in
 
     assert starts_in(seconds) == said
