@@ -119,3 +119,32 @@ def test_the_in_process_forecaster_refreshes_on_its_own_thread(one_instance: Any
         forecaster.stop()
     assert second.estimated_start_at is not None
     assert second.estimate_basis.startswith("when first ends")
+
+
+class _FakeRedis:
+    """Just SET NX and DEL: the forecast task's one-at-a-time key."""
+
+    def __init__(self) -> None:
+        self.keys: set[str] = set()
+
+    def set(self, key: str, value: str, nx: bool, ex: int) -> bool:
+        assert nx and ex > 0
+        if key in self.keys:
+            return False
+        self.keys.add(key)
+        return True
+
+    def delete(self, key: str) -> None:
+        self.keys.discard(key)
+
+
+def test_the_celery_task_refreshes_once_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    from quotaweb import runtime, tasks
+
+    fake, refreshed = _FakeRedis(), []
+    monkeypatch.setattr(tasks, "redis_client", lambda: fake)
+    monkeypatch.setattr(runtime, "refresh_estimates_once", lambda: refreshed.append(1) or True)
+    assert tasks.refresh_estimates() is True and refreshed == [1]
+    assert fake.keys == set()  # released
+    fake.keys.add(tasks.FORECAST_KEY)  # another refresh is running
+    assert tasks.refresh_estimates() is False and refreshed == [1]
