@@ -24,6 +24,9 @@ TICK_SECONDS = 1.0
 # cycle would only run on an older view of the clock (docs/architecture.md, The tick).
 TICK_EXPIRES_SECONDS = 0.9
 
+# The estimated starts are refreshed this often, on their own queue, never in the tick.
+FORECAST_SECONDS = float(settings.QUOTAWEB["FORECAST_SECONDS"])
+
 app = Celery("quotaweb")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.conf.beat_schedule = {
@@ -31,6 +34,11 @@ app.conf.beat_schedule = {
         "task": "quotaweb.tasks.tick",
         "schedule": TICK_SECONDS,
         "options": {"queue": "tick", "expires": TICK_EXPIRES_SECONDS},
+    },
+    "quotaweb-forecast": {
+        "task": "quotaweb.tasks.refresh_estimates",
+        "schedule": FORECAST_SECONDS,
+        "options": {"queue": "forecast", "expires": FORECAST_SECONDS},
     },
 }
 app.autodiscover_tasks(["quotaweb"], related_name="tasks")

@@ -24,6 +24,8 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, TextIO
 
+from scheduler.forecast import starts_in
+
 from .client import STATUSES, Client, QueuedJob, QuotawebError, WaitTimeout
 from .client.client import statuses
 
@@ -249,21 +251,47 @@ def reason(job: Json) -> str:
     return job.get("status_reason") or ""
 
 
-def jobs_table(jobs: Iterable[Json]) -> str:
+def starts(job: Json, now: datetime | None = None) -> str | None:
+    """A queued job's estimated start in words ("starts in about 4 min"), "start unknown"
+    when it cannot be known, None before its first estimate (docs/semantics.md 8)."""
+    if not job.get("estimate_basis"):
+        return None
+    at = job.get("estimated_start_at")
+    if at is None:
+        return "start unknown"
+    moment = datetime.fromisoformat(at.replace("Z", "+00:00"))
+    return starts_in((moment - (now or datetime.now(UTC))).total_seconds())
+
+
+def estimate(job: Json, now: datetime | None = None) -> str | None:
+    """The estimate with what it waits for: "starts in about 4 min, when qs2_job_7 ends"."""
+    when = starts(job, now)
+    return None if when is None else f"{when}, {job['estimate_basis']}"
+
+
+def jobs_table(jobs: Iterable[Json], now: datetime | None = None) -> str:
+    def expected(job: Json) -> str | None:
+        when = starts(job, now)
+        return when.removeprefix("starts ") if when else None
+
     return table(
-        ("ID", "NAME", "SHARE", "PRI", "STATUS", "REASON", "INSTANCES", "CREATED"),
+        ("ID", "NAME", "SHARE", "PRI", "STATUS", "REASON", "EST_START", "INSTANCES",
+         "CREATED"),
         [(job["id"], job["name"], job["quota_share"], job["priority"], job["status"],
-          reason(job), f"{job['instance_count']}×{job['instance_type']}",
+          reason(job), expected(job), f"{job['instance_count']}×{job['instance_type']}",
           short_time(job["created_at"])) for job in jobs])
 
 
-def job_line(job: Json) -> str:
+def job_line(job: Json, now: datetime | None = None) -> str:
     text = f"job {job['id']} {job['name']} ({job['quota_share']}): {job['status']}"
     pending = job.get("pending_reason")
     if pending:
         text += f", {pending['code']}: {pending['message']}"
     elif job.get("status_reason"):
         text += f", {job['status_reason']}"
+    expected = estimate(job, now)
+    if expected:
+        text += f"; {expected}"
     return text
 
 
@@ -279,6 +307,7 @@ def describe_text(job: Json) -> str:
         ("status reason", job.get("status_reason")),
         ("pending reason", f"{pending['code']}: {pending['message']}" if pending else None),
         ("position", job.get("position")),
+        ("estimated start", estimate(job)),
         ("priority", job["priority"]),
         ("instances", f"{job['instance_count']} × {job['instance_type']}"),
         ("executor", executor),
@@ -378,17 +407,19 @@ def events_table(events: Iterable[Json]) -> str:
 
 class Progress:
     """The wait's live line on stderr: rewritten in place on a terminal, one line per
-    change of status or pending reason otherwise (a log file stays readable)."""
+    change of status, pending reason or estimate basis otherwise (a log file stays
+    readable)."""
 
     def __init__(self, stream: TextIO) -> None:
         self.stream = stream
         self.tty = stream.isatty()
         self.started = time.monotonic()
-        self.last: tuple[str, str | None] | None = None
+        self.last: tuple[str, str | None, str | None] | None = None
 
     def show(self, job: Json) -> None:
         pending = job.get("pending_reason")
-        state = (job["status"], pending["code"] if pending else None)
+        # A new line also when what the estimate waits for changes (not its every tick).
+        state = (job["status"], pending["code"] if pending else None, job.get("estimate_basis"))
         line = job_line(job)
         if self.tty:
             elapsed = time.monotonic() - self.started

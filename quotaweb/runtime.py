@@ -21,7 +21,7 @@ from django.db import close_old_connections, connection
 from .executors import local
 from .executors.queues import enqueue_launch
 from .realtime.broadcast import abroadcast_pending, broadcast_pending
-from .scheduling import tick
+from .scheduling import estimates, tick
 from .scheduling.tick import CycleReport
 
 log = logging.getLogger(__name__)
@@ -205,3 +205,55 @@ class Scheduler:
                 # The database may be down: the first launch starts it again.
                 log.exception("could not start the local executor's supervisor yet")
         run_loop(self._stop, self._launch, self._broadcast)
+
+
+# Estimated start ----------------------------------------------------------------------
+
+
+def refresh_estimates_once() -> bool:
+    """One refresh of the queued jobs' estimated starts; False when it failed (logged).
+    Never raises: a forecast is advice, and the next one comes a few seconds later."""
+    close_old_connections()
+    try:
+        refresh = estimates.refresh_estimates()
+    except Exception:
+        log.exception("estimated starts not refreshed; trying again shortly")
+        connection.close()
+        return False
+    log.debug("estimated %d queued jobs in %.0f ms (forecast %.0f ms)", refresh.estimated,
+              refresh.total_ms, refresh.forecast_ms)
+    return True
+
+
+class Forecaster:
+    """The estimated starts' refresh on a daemon thread of its own, every FORECAST_SECONDS
+    (the in-process sibling of the Celery beat entry): never inside the 1 s cycle's thread
+    or transaction, so a long forecast delays no tick.  `start()`, then `stop()`."""
+
+    def __init__(self, period: float | None = None) -> None:
+        self._period = period or float(settings.QUOTAWEB["FORECAST_SECONDS"])
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._thread is not None:
+            raise RuntimeError("the forecaster is already running")
+        self._thread = threading.Thread(target=self._run, name="quotaweb-forecast",
+                                        daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                log.warning("forecast thread did not stop within %.0f s", timeout)
+            self._thread = None
+
+    def _run(self) -> None:
+        try:
+            # The period counts from the end of a refresh: they never overlap.
+            while not self._stop.wait(self._period):
+                refresh_estimates_once()
+        finally:
+            connection.close()

@@ -157,6 +157,7 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ROUTES = {
     "quotaweb.tasks.tick": {"queue": "tick"},
     "quotaweb.tasks.start_attempt": {"queue": "executor"},
+    "quotaweb.tasks.refresh_estimates": {"queue": "forecast"},
 }
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
@@ -166,6 +167,8 @@ QUOTAWEB = {
     "WARM_POOL_MAX_LIFETIME_SECONDS": env.integer(
         "QUOTAWEB_WARM_POOL_MAX_LIFETIME_SECONDS", 2_419_200, low=1),
     "TICK_SECONDS": 1,
+    # How often the queued jobs' estimated starts are refreshed (in the background).
+    "FORECAST_SECONDS": env.integer("QUOTAWEB_FORECAST_SECONDS", 5, low=1),
     "HEARTBEAT_LEASE_SECONDS": env.integer("QUOTAWEB_HEARTBEAT_LEASE_SECONDS", 30, low=1),
     # GET /metrics: scraped with this bearer token, or from these addresses without one.
     "METRICS_TOKEN": env.string("QUOTAWEB_METRICS_TOKEN") or None,

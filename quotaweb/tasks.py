@@ -4,6 +4,8 @@ instances, and hand over to the tick (quotaweb.runtime) or the executor.
 - `tick` (queue "tick", sent by beat every second with `expires`): claims its second in
   Redis, then runs the one tick of every mode, `runtime.cycle_and_launch`: one cycle,
   its broadcast after commit, and an enqueue of each attempt due to launch.
+- `refresh_estimates` (queue "forecast", sent by beat every FORECAST_SECONDS with
+  `expires`): the queued jobs' estimated starts, outside any cycle; one at a time.
 - `start_attempt` (queue "executor", consumed by workers where the local executor is on;
   sent by name from quotaweb.executors.queues).
 """
@@ -63,6 +65,27 @@ def tick(second: int | None = None) -> dict[str, Any] | None:
         "to_launch": list(report.to_launch),
         "ms": round(report.total_ms, 3),
     }
+
+
+FORECAST_KEY = "quotaweb:forecast"
+FORECAST_KEY_SECONDS = 300  # a refresh that died holding the key frees it after this
+
+
+@shared_task(name="quotaweb.tasks.refresh_estimates", ignore_result=True)
+def refresh_estimates() -> bool:
+    """Refresh the estimated starts unless another refresh is running (two forecasters,
+    or a slow one still at work when the next is sent); False when it did not run."""
+    try:
+        client = redis_client()
+        if not client.set(FORECAST_KEY, "1", nx=True, ex=FORECAST_KEY_SECONDS):
+            return False
+    except redis.RedisError as error:
+        log.warning("estimates not refreshed: Redis unavailable (%s)", error)
+        return False
+    try:
+        return runtime.refresh_estimates_once()
+    finally:
+        client.delete(FORECAST_KEY)
 
 
 @shared_task(name=START_ATTEMPT_TASK, ignore_result=True)

@@ -300,6 +300,17 @@ class QueuedJob:
         """The status last seen (describe() reads it afresh)."""
         return self.last["status"] if self.last else None
 
+    @property
+    def estimated_start(self) -> tuple[datetime | None, str | None]:
+        """The estimated start last seen and its basis (docs/semantics.md 8): (None, None)
+        before the first estimate or once the job has left the queue, (None, why) when it
+        cannot be known."""
+        if not self.last:
+            return None, None
+        at = self.last.get("estimated_start_at")
+        moment = datetime.fromisoformat(at.replace("Z", "+00:00")) if at else None
+        return moment, self.last.get("estimate_basis")
+
     def _seen(self, description: Json) -> Json:
         self.last = description
         return description

@@ -59,6 +59,10 @@ class Job(models.Model):
     scheduled_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     stopped_at = models.DateTimeField(null=True, blank=True)
+    # The forecast's estimate for a queued job (quotaweb/scheduling/estimates.py), written
+    # every few seconds in the background and cleared when the job leaves the queue.
+    estimated_start_at = models.DateTimeField(null=True, blank=True)
+    estimate_basis = models.TextField(blank=True, default="")
 
     class Meta:
         ordering = ["-id"]

@@ -129,6 +129,10 @@ def _attempts(job: Job, view: View) -> list[Attempt]:
     return [] if view.fresh else list(job.attempts.all())
 
 
+def _queued(job: Job) -> bool:
+    return job.status in (JobStatus.SUBMITTED, JobStatus.RUNNABLE)
+
+
 def _secret(name: str) -> Callable[[Job, View], Any]:
     return lambda job, view: getattr(job, name) if view.secrets else None
 
@@ -147,6 +151,8 @@ FIELDS: dict[str, Callable[[Job, View], Any]] = {
     "status_reason": _plain("status_reason"),
     "pending_reason": lambda job, view: pending_reason(job),
     "position": lambda job, view: view.position if job.status == JobStatus.RUNNABLE else None,
+    "estimated_start_at": lambda job, view: job.estimated_start_at if _queued(job) else None,
+    "estimate_basis": lambda job, view: (job.estimate_basis or None) if _queued(job) else None,
     "instance_type": _plain("instance_type"),
     "instance_count": _plain("instance_count"),
     "created_at": _plain("created_at"),

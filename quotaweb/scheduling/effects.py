@@ -174,7 +174,8 @@ class Writer:
         rows = Job.objects.filter(pk=job.pk)
         if self.guard is not None:  # unchanged since the snapshot was read
             rows = rows.filter(status=job.status)
-        self._guarded(rows.update(instances=[], pending_code=None, **fields), f"job {job.pk}")
+        self._guarded(rows.update(instances=[], pending_code=None, estimated_start_at=None,
+                                  estimate_basis="", **fields), f"job {job.pk}")
 
     def dispatch(self, effect: JobDispatched) -> None:
         job, decision = self.job(effect.job), effect.decision
@@ -182,6 +183,7 @@ class Writer:
         self._guarded(Job.objects.filter(pk=job.pk, status__in=QUEUED_STATUSES).update(
             status=JobStatus.SCHEDULED, scheduled_at=now, started_at=None, stopped_at=None,
             instances=list(decision.instances), pending_code=None, not_before=None,
+            estimated_start_at=None, estimate_basis="",
         ), f"job {job.pk} is no longer queued")
         pool = self.pools.get(decision.warm_pool_id) if decision.warm_pool_id else None
         Attempt.objects.create(

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 from typing import Any
 
 from django.utils import timezone
+
+from scheduler.forecast import starts_in
 
 from ..models import Attempt, Job, LogLine, QuotaShare, WarmPoolSegment
 from ..models.jobs import ACTIVE_STATUSES, QUEUED_STATUSES, JobStatus
@@ -28,9 +31,24 @@ def job_row(job: Job, position: int | None = None, stops: Mapping[int, Row] | No
     """A job's row: the job, its position and pending reason (from the representation,
     read_model.jobs); `stops` and `waits` (grace.stopping, grace.waiting) say whether it is
     stopping in a grace period, or waiting for one to end."""
-    shown = job_dict(job, View(position=position), ("position", "pending_reason"))
+    shown = job_dict(job, View(position=position), ("position", "pending_reason",
+                                                    "estimated_start_at", "estimate_basis"))
     return {"job": job, "position": shown["position"], "pending": shown["pending_reason"],
+            "estimate": estimate(shown["estimated_start_at"], shown["estimate_basis"]),
             "stopping": (stops or {}).get(job.pk), "waiting": (waits or {}).get(job.pk)}
+
+
+def estimate(at: datetime | None, basis: str | None, now: datetime | None = None) -> Row | None:
+    """A queued job's estimated start as the pages say it: {"at", "when", "basis"}, where
+    `when` is "starts in about 4 min" or "start unknown"; None before the first estimate
+    (docs/semantics.md 8)."""
+    if basis is None:
+        return None
+    if at is None:
+        return {"at": None, "when": "start unknown", "basis": basis}
+    return {"at": at, "when": starts_in((at - (now or timezone.now())).total_seconds()),
+            "basis": basis}
+
 
 
 def _status_rank(job: Job) -> int:

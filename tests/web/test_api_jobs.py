@@ -36,7 +36,8 @@ ApiFor = Callable[[str], Api]
 
 JOB_FIELDS = {
     "id", "name", "quota_share", "priority", "status", "status_reason", "pending_reason",
-    "position", "instance_type", "instance_count", "created_at", "scheduled_at", "started_at",
+    "position", "estimated_start_at", "estimate_basis", "instance_type", "instance_count",
+    "created_at", "scheduled_at", "started_at",
     "stopped_at", "attempts", "preemption_summary", "warm_pool", "keep_alive_seconds", "role",
     "volume_size_gb", "volume_kms_key_id", "security_group_ids", "subnets",
     "enable_network_isolation", "enable_inter_container_traffic_encryption", "retry_attempts",
@@ -464,3 +465,35 @@ def test_logs_of_a_missing_job_are_404_and_tail_is_bounded(api: ApiFor) -> None:
     assert_error(*api("member").get(f"/api/v1/jobs/{target.id}/logs", tail=0), 422,
                  field="tail")
     assert api("member").get(f"/api/v1/jobs/{target.id}/logs")[1] == {"lines": []}
+
+
+# Estimated start ----------------------------------------------------------------------
+
+
+def test_a_queued_job_carries_its_estimated_start_and_its_basis(api: ApiFor) -> None:
+    from datetime import datetime
+
+    from quotaweb.scheduling.estimates import refresh_estimates
+
+    holder = job("QS3", name="qs3_job_7", status="RUNNING", duration_seconds=600,
+                 instances=[0])
+    started = attempt(holder, seconds_ago=60).started_at
+    Job.objects.filter(pk=holder.pk).update(started_at=started, scheduled_at=started)
+    waiting = job("QS3", name="qs3_job_8", status="RUNNABLE")
+    status, body = api("other").get(f"/api/v1/jobs/{waiting.id}")
+    assert status == 200 and body["estimated_start_at"] is None
+    assert body["estimate_basis"] is None  # not estimated yet
+
+    refresh_estimates()
+    status, body = api("other").get(f"/api/v1/jobs/{waiting.id}")
+    assert status == 200
+    expected = started + timedelta(seconds=600)
+    assert abs(datetime.fromisoformat(body["estimated_start_at"]) - expected) <= timedelta(
+        seconds=1)
+    assert body["estimate_basis"] == ("when qs3_job_7 ends "
+                                      "(qs3_job_7: its simulated duration, 600 s)")
+    _, listed = api("other").get("/api/v1/jobs?quota_share=QS3")
+    by_id = {row["id"]: row for row in listed["jobs"]}
+    assert by_id[waiting.id]["estimate_basis"] == body["estimate_basis"]
+    assert by_id[holder.id]["estimated_start_at"] is None
+    assert by_id[holder.id]["estimate_basis"] is None

@@ -223,7 +223,7 @@ def test_the_share_page_lists_jobs_by_status_with_position_and_pending_reason(
     assert low is not None
     cells = re.findall(r"<td[^>]*>(.*?)</td>", low.group(0), re.S)
     assert cells[3].strip() == "1"  # position
-    assert "other shares do not have enough idle capacity" in cells[5]
+    assert "other shares do not have enough idle capacity" in cells[6]
 
 
 def test_the_share_page_totals_borrowed_and_lent_instance_seconds(
@@ -821,3 +821,32 @@ def test_the_tokens_page_refuses_a_bad_expiry_and_needs_sign_in(
     assert Client().post("/tokens/revoke-all").status_code == 302
     refused = client_for(member).post("/tokens", {"name": "x", "expires_in_days": "0"})
     assert refused.status_code == 422 and not ApiToken.objects.exists()
+
+
+def test_a_waiting_job_shows_its_estimated_start_on_its_page_and_in_the_table(
+    walkthrough_config: Any, member: Any, client_for: ClientFor
+) -> None:
+    waiting = _submit("waiting")
+    Job.objects.filter(pk=waiting.pk).update(
+        status="RUNNABLE", estimated_start_at=timezone.now() + timedelta(seconds=250),
+        estimate_basis="when qs2_job_7 ends (qs2_job_7: its max runtime, 1 h)")
+    client = client_for(member)
+    page = client.get(f"/jobs/{waiting.pk}").content.decode()
+    shown = re.search(r'<dd id="job-estimate">(.*?)</dd>', page, re.S)
+    assert shown is not None
+    assert shown.group(1).startswith(
+        "starts in about 4 min, when qs2_job_7 ends (qs2_job_7: its max runtime, 1 h)")
+    table = client.get("/shares/QS1").content.decode()
+    row = re.search(rf'<tr data-job="{waiting.pk}">.*?</tr>', table, re.S)
+    assert row is not None and '<td class="estimate">' in row.group(0)
+    assert "starts in about 4 min" in row.group(0)
+
+
+@pytest.mark.parametrize(("seconds", "said"), [
+    (10, "starts in a moment"), (45, "starts in about 1 min"), (250, "starts in about 4 min"),
+    (3 * 3600, "starts in about 3 h"), (5 * 86400, "starts in about 5 days"),
+])
+def test_how_far_off_a_start_is_in_round_words(seconds: float, said: str) -> None:
+    from scheduler.forecast import starts_in
+
+    assert starts_in(seconds) == said

@@ -115,6 +115,14 @@ class JobOut(Schema):
     pending_reason: PendingReasonOut | None = Field(description="RUNNABLE jobs only.")
     position: int | None = Field(
         description="RUNNABLE jobs only: 1 + the RUNNABLE jobs ahead in the share's order.")
+    estimated_start_at: UtcTime | None = Field(
+        description="Queued jobs only: when the job is expected to be placed, from the "
+                    "engine run forward with no further arrivals (refreshed every few "
+                    "seconds); null when it cannot be known (see estimate_basis).")
+    estimate_basis: str | None = Field(
+        description="Queued jobs only: what the estimate waits for, e.g. \"when qs2_job_7 "
+                    "ends (qs2_job_7: its max runtime, 1 h)\", or why there is none; null "
+                    "before the first estimate.")
     instance_type: str
     instance_count: int
     created_at: UtcTime

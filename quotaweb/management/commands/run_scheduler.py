@@ -13,7 +13,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from quotaweb.runtime import Scheduler
+from quotaweb.runtime import Forecaster, Scheduler
 
 
 class Command(BaseCommand):
@@ -33,8 +33,9 @@ class Command(BaseCommand):
                               "server do not see this process's broadcasts; `manage.py "
                               "serve` runs the cycle itself in the embedded mode.")
         where = "via Celery" if settings.REDIS_URL else "in this process"
-        scheduler = Scheduler()
+        scheduler, forecaster = Scheduler(), Forecaster()
         scheduler.start()
+        forecaster.start()
         self.stdout.write(f"Scheduling cycle running every second (attempts launch {where}). "
                           "Stop with CONTROL-C.")
         self.stdout.flush()
@@ -42,5 +43,6 @@ class Command(BaseCommand):
             while not stopping.wait(1):
                 pass
         finally:
+            forecaster.stop()
             scheduler.stop()
         self.stdout.write("Scheduler stopped.")

@@ -19,7 +19,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils.module_loading import import_string
 
 from quotaweb.management import workers
-from quotaweb.runtime import Scheduler, broadcast_on_loop
+from quotaweb.runtime import Forecaster, Scheduler, broadcast_on_loop
 
 
 def site_url(host: str, port: int) -> str:
@@ -67,10 +67,11 @@ class Command(BaseCommand):
                 raise CommandError(f"A server process ended with status {code}; all stopped.")
             return
         self.check_migrations()
-        scheduler = None
+        scheduler = forecaster = None
         if settings.QUOTAWEB["IN_PROCESS_SCHEDULER"]:
             # Daphne's event loop serves the websockets; broadcasting on it reaches them.
             scheduler = Scheduler(broadcast=broadcast_on_loop(twisted_loop))
+            forecaster = Forecaster()
         replay_stop = threading.Event()
         replay = self._demo_thread(replay_stop) if options["demo"] else None
         sign_in = self._demo_setup() if options["demo"] else ""
@@ -78,7 +79,7 @@ class Command(BaseCommand):
         def listening() -> None:
             # Started only once the server listens: a port in use starts nothing.
             self._announce(site_url(host, port), scheduler is not None, sign_in)
-            for worker in (scheduler, replay):
+            for worker in (scheduler, forecaster, replay):
                 if worker is not None:
                     worker.start()
 
@@ -98,6 +99,8 @@ class Command(BaseCommand):
             replay_stop.set()
             if replay is not None and replay.is_alive():
                 replay.join(5)
+            if forecaster is not None:
+                forecaster.stop()
             if scheduler is not None:
                 scheduler.stop()
         if not server.listening_addresses:

@@ -1,0 +1,120 @@
+"""Estimated start, in the shell: read the live snapshot and each job's runtime estimate,
+run the engine's forecast (scheduler.forecast), and store each queued job's estimate.
+
+This runs in the background every few seconds (a Celery beat task of its own in the
+distributed mode, a thread beside the cycle's in-process), never inside the 1 s cycle and
+never under its lock: it only reads, then writes two columns of jobs that are still
+queued, so a cycle that placed a job meanwhile wins (its dispatch clears them).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db.models import Case, DateTimeField, TextField, Value, When
+from django.utils import timezone
+
+from scheduler import Snapshot
+from scheduler.forecast import Estimate, JobOutlook, Runtime, forecast, recent_runtime
+
+from ..models import Attempt, Job
+from ..models.choices import Outcome
+from ..models.jobs import QUEUED_STATUSES, Executor
+from .clock import from_engine
+from .snapshot import load_snapshot
+
+log = logging.getLogger(__name__)
+
+# The recent successful runs read for the runtime estimates, newest first, at most.
+RECENT_RUNS_READ = 5000
+WRITE_BATCH = 500
+
+
+@dataclass(frozen=True)
+class Refresh:
+    """One refresh: how many queued jobs got an estimate (or None), and its cost."""
+
+    estimated: int
+    forecast_ms: float
+    total_ms: float
+
+
+def outlooks(snapshot: Snapshot) -> dict[str, JobOutlook]:
+    """Each live job's runtime estimate with its basis, keep-alive and name."""
+    ids = [int(job.id) for job in snapshot.jobs]
+    rows = Job.objects.filter(pk__in=ids).values_list(
+        "id", "name", "quota_share_id", "executor", "duration_seconds", "max_runtime_seconds",
+        "keep_alive_seconds")
+    described = list(rows)
+    commands = {(share, name) for _, name, share, executor, *_ in described
+                if executor != Executor.SIMULATED}
+    runs = recent_runs(commands)
+    found: dict[str, JobOutlook] = {}
+    for job_id, name, share, executor, duration, max_runtime, keep_alive in described:
+        if executor == Executor.SIMULATED and duration is not None:
+            runtime = Runtime(float(duration), f"its simulated duration, {duration} s")
+        else:
+            runtime = recent_runtime(runs.get((share, name), []), max_runtime, name)
+        found[str(job_id)] = JobOutlook(runtime, int(keep_alive), name)
+    return found
+
+
+def recent_runs(keys: set[tuple[int, str]]) -> dict[tuple[int, str], list[float]]:
+    """The running times of the latest successful attempts of jobs with these (share,
+    name), newest first: one query."""
+    if not keys:
+        return {}
+    rows = Attempt.objects.filter(
+        outcome=Outcome.SUCCEEDED, started_at__isnull=False, stopped_at__isnull=False,
+        job__quota_share_id__in={share for share, _ in keys},
+        job__name__in={name for _, name in keys},
+    ).order_by("-stopped_at").values_list(
+        "job__quota_share_id", "job__name", "started_at", "stopped_at")[:RECENT_RUNS_READ]
+    runs: dict[tuple[int, str], list[float]] = defaultdict(list)
+    for share, name, started, stopped in rows:
+        if (share, name) in keys:
+            runs[(share, name)].append((stopped - started).total_seconds())
+    return runs
+
+
+def refresh_estimates(now: datetime | None = None) -> Refresh:
+    """Forecast from the database's current state and store every queued job's estimate."""
+    started = time.perf_counter()
+    snapshot = load_snapshot(now or timezone.now()).snapshot
+    found = outlooks(snapshot)
+    planned = time.perf_counter()
+    estimates = forecast(snapshot, found)
+    forecast_ms = (time.perf_counter() - planned) * 1000
+    store(estimates)
+    return Refresh(len(estimates), forecast_ms, (time.perf_counter() - started) * 1000)
+
+
+def store(estimates: dict[str, Estimate]) -> None:
+    """Write the estimates of jobs still queued, in batches; clear any an earlier refresh
+    left on a job that has left the queue since (its dispatch clears them too, but a
+    refresh that read the queue before that dispatch may write after it)."""
+    items = sorted(estimates.items(), key=lambda item: int(item[0]))
+    for first in range(0, len(items), WRITE_BATCH):
+        batch = items[first:first + WRITE_BATCH]
+        at = Case(*(When(pk=int(job), then=Value(_moment(e))) for job, e in batch),
+                  output_field=DateTimeField())
+        basis = Case(*(When(pk=int(job), then=Value(e.basis)) for job, e in batch),
+                     output_field=TextField())
+        Job.objects.filter(pk__in=[int(job) for job, _ in batch],
+                           status__in=QUEUED_STATUSES).update(
+            estimated_start_at=at, estimate_basis=basis)
+    clear_left_queue()
+
+
+def clear_left_queue() -> int:
+    """Clear the estimates of jobs that are no longer queued."""
+    return (Job.objects.exclude(status__in=QUEUED_STATUSES).exclude(estimate_basis="")
+            .update(estimated_start_at=None, estimate_basis=""))
+
+
+def _moment(estimate: Estimate) -> datetime | None:
+    return None if estimate.start_at is None else from_engine(estimate.start_at)

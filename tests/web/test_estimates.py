@@ -1,0 +1,150 @@
+"""Estimated start in the shell (quotaweb/scheduling/estimates.py): the background refresh
+stores each queued job's estimate and basis, a dispatch clears them, and a command job's
+runtime is the median of its share's recent runs of the same name."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from quotaweb.models import Attempt, CapacityUnit, Job
+from quotaweb.scheduling.estimates import outlooks, refresh_estimates
+from quotaweb.scheduling.snapshot import load_snapshot
+from quotaweb.scheduling.tick import run_cycle
+from quotaweb.services.jobs import submit_job
+
+UNIT = "ml.g5.xlarge"
+COLD = 60
+cycle_db = pytest.mark.django_db(transaction=True)
+
+
+def _t0() -> datetime:
+    return timezone.now().replace(microsecond=0)
+
+
+@pytest.fixture
+def one_instance(make_share: Callable[..., Any]) -> Any:
+    CapacityUnit.objects.create(name=UNIT, max_capacity=1, cold_start_seconds=COLD,
+                                warm_start_seconds=5)
+    return make_share("QS1", {UNIT: 1}, sharing_strategy="LEND")
+
+
+def _submit(name: str, duration: int) -> Job:
+    job, created = submit_job(None, name=name, quota_share="QS1", instance_type=UNIT,
+                              duration_seconds=duration)
+    assert created
+    return job
+
+
+@cycle_db
+def test_the_refresh_stores_an_estimate_that_the_dispatch_clears(one_instance: Any) -> None:
+    first, second = _submit("first", 100), _submit("second", 50)
+    t0 = _t0()
+    assert run_cycle(now=t0) is not None  # first is placed, second waits
+    refresh = refresh_estimates(now=t0)
+    assert refresh.estimated == 1
+    second.refresh_from_db()
+    # first starts cold (60 s) and runs 100 s: second is placed when it ends.
+    assert second.estimated_start_at == t0 + timedelta(seconds=160)
+    assert second.estimate_basis == "when first ends (first: its simulated duration, 100 s)"
+    first.refresh_from_db()
+    assert first.estimated_start_at is None and first.estimate_basis == ""
+
+    for seconds in (COLD, 160):
+        assert run_cycle(now=t0 + timedelta(seconds=seconds)) is not None
+    second.refresh_from_db()
+    assert second.status == "SCHEDULED"
+    assert second.scheduled_at == t0 + timedelta(seconds=160)  # as estimated
+    assert second.estimated_start_at is None and second.estimate_basis == ""
+
+
+@cycle_db
+def test_an_estimate_left_on_a_job_that_left_the_queue_is_cleared(one_instance: Any) -> None:
+    job = _submit("only", 10)
+    t0 = _t0()
+    assert run_cycle(now=t0) is not None
+    # A refresh that read the queue before this dispatch wrote after it.
+    Job.objects.filter(pk=job.pk).update(estimated_start_at=t0, estimate_basis="stale")
+    refresh_estimates(now=t0)
+    job.refresh_from_db()
+    assert job.estimated_start_at is None and job.estimate_basis == ""
+
+
+@pytest.mark.django_db
+def test_a_command_jobs_runtime_is_the_median_of_its_shares_recent_runs(
+        one_instance: Any) -> None:
+    t0 = _t0()
+    for index, seconds in enumerate((120, 180, 900)):
+        done = Job.objects.create(name="train", quota_share=one_instance, instance_type=UNIT,
+                                  executor="local", command="true", status="SUCCEEDED")
+        end = t0 - timedelta(hours=index + 1)
+        Attempt.objects.create(job=done, number=1, scheduled_at=end, starting_at=end,
+                               started_at=end - timedelta(seconds=seconds), stopped_at=end,
+                               outcome="SUCCEEDED")
+    waiting = Job.objects.create(name="train", quota_share=one_instance, instance_type=UNIT,
+                                 executor="local", command="true", status="RUNNABLE")
+    fresh = Job.objects.create(name="eval", quota_share=one_instance, instance_type=UNIT,
+                               executor="local", command="true", status="RUNNABLE",
+                               max_runtime_seconds=600)
+    found = outlooks(load_snapshot(t0).snapshot)
+    assert found[str(waiting.pk)].runtime.seconds == 180
+    assert found[str(waiting.pk)].runtime.basis == "median of the share's last 3 runs of 'train'"
+    assert found[str(fresh.pk)].runtime.seconds == 600
+    assert found[str(fresh.pk)].runtime.basis == "its max runtime, 10 min"
+
+
+@cycle_db
+def test_the_in_process_forecaster_refreshes_on_its_own_thread(one_instance: Any) -> None:
+    import time
+
+    from quotaweb.runtime import Forecaster
+
+    _submit("first", 100)
+    second = _submit("second", 50)
+    assert run_cycle() is not None
+    forecaster = Forecaster(period=0.1)
+    forecaster.start()
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            second.refresh_from_db()
+            if second.estimated_start_at is not None:
+                break
+            time.sleep(0.05)
+    finally:
+        forecaster.stop()
+    assert second.estimated_start_at is not None
+    assert second.estimate_basis.startswith("when first ends")
+
+
+class _FakeRedis:
+    """Just SET NX and DEL: the forecast task's one-at-a-time key."""
+
+    def __init__(self) -> None:
+        self.keys: set[str] = set()
+
+    def set(self, key: str, value: str, nx: bool, ex: int) -> bool:
+        assert nx and ex > 0
+        if key in self.keys:
+            return False
+        self.keys.add(key)
+        return True
+
+    def delete(self, key: str) -> None:
+        self.keys.discard(key)
+
+
+def test_the_celery_task_refreshes_once_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    from quotaweb import runtime, tasks
+
+    fake, refreshed = _FakeRedis(), []
+    monkeypatch.setattr(tasks, "redis_client", lambda: fake)
+    monkeypatch.setattr(runtime, "refresh_estimates_once", lambda: refreshed.append(1) or True)
+    assert tasks.refresh_estimates() is True and refreshed == [1]
+    assert fake.keys == set()  # released
+    fake.keys.add(tasks.FORECAST_KEY)  # another refresh is running
+    assert tasks.refresh_estimates() is False and refreshed == [1]
