@@ -191,6 +191,11 @@ def _changes(start: datetime, end: datetime, names: dict[int, str]) -> list[dict
     return actions
 
 
+def today_configuration() -> dict[str, Any]:
+    """Capacity and live quota shares in the scenario format: what a replay starts from."""
+    return {"capacity": _capacity(), "quota_shares": _shares()}
+
+
 def _capacity() -> list[dict[str, Any]]:
     return [{"capacity_unit": unit.name, "max_capacity": unit.max_capacity,
              "warm_pool_limit": unit.warm_pool_limit,
