@@ -10,8 +10,6 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from quotaweb.services.recorded_history import MAX_JOBS
-
 from . import test_api_helpers as helpers
 from .test_api_helpers import UNIT, Api, assert_error, job, state
 
@@ -101,4 +99,11 @@ def test_the_number_of_jobs_is_capped(api: ApiFor, monkeypatch: pytest.MonkeyPat
     status, body = api("admin").post("/api/v1/what-if", period())
     assert_error(status, body, 422, field="start")
     assert "at most 2" in body["error"]["message"] + str(body["error"]["fields"])
-    assert MAX_JOBS == 2000
+
+
+def test_a_replay_over_its_time_budget_is_refused(api: ApiFor,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("quotaweb.services.what_if.REPLAY_BUDGET_SECONDS", -1)
+    queue_in_qs3()
+    status, body = api("admin").post("/api/v1/what-if", period())
+    assert_error(status, body, 422, "WHAT_IF_TOO_LARGE", field="start")

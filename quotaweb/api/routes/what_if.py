@@ -13,7 +13,7 @@ from ninja import Router, Schema
 from pydantic import Field
 
 from ...services.errors import Conflict
-from ...services.what_if import MAX_JOBS, MAX_PERIOD, what_if
+from ...services.what_if import MAX_JOBS, MAX_PERIOD, REPLAY_BUDGET_SECONDS, what_if
 from ..auth import administrators_only
 from ..errors import WRITE_ERRORS, error_responses
 from ..schemas.common import IsoTime, RequestBody, ShareName, UnitName
@@ -31,8 +31,9 @@ _running = threading.Lock()
 DESCRIPTION = f"""Replays the jobs of [start, end) (their submissions, priority changes,
 terminations and keep-alive changes at their real times, with their real work) through the
 engine with today's configuration and with the changes, and compares them per share.  A
-period covers at most {MAX_PERIOD.days} days and {MAX_JOBS} jobs (422 beyond); one what-if
-runs at a time per server process (409 WHAT_IF_BUSY).  Nothing is changed."""
+period covers at most {MAX_PERIOD.days} days and {MAX_JOBS} jobs (422 beyond); both replays
+stop after {REPLAY_BUDGET_SECONDS} s of work (422 WHAT_IF_TOO_LARGE); one what-if runs at a
+time per server process (409 WHAT_IF_BUSY).  Nothing is changed."""
 
 
 class CapacityChange(RequestBody):
