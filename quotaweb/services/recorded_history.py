@@ -107,7 +107,7 @@ def replay_name(job: Job) -> str:
 def _jobs_in(start: datetime, end: datetime) -> Any:
     """Jobs submitted in the period, and those submitted before it that had not ended."""
     carried = Q(created_at__lt=start) & (Q(stopped_at__isnull=True) | Q(stopped_at__gt=start))
-    return (Job.objects.select_related("quota_share")
+    return (Job.objects.select_related("quota_share").prefetch_related("attempts")
             .filter(Q(created_at__gte=start, created_at__lt=end) | carried).order_by("id"))
 
 
@@ -156,14 +156,16 @@ def _work(job: Job, history: RecordedHistory) -> int:
     """The job's work: its duration when simulated, its recorded runtime when a command."""
     if job.duration_seconds is not None:
         return max(1, job.duration_seconds)
-    runtimes = {a.outcome: (a.stopped_at - a.started_at).total_seconds()
-                for a in job.attempts.exclude(started_at=None).exclude(stopped_at=None)}
-    if "SUCCEEDED" in runtimes:
-        return max(1, math.ceil(runtimes["SUCCEEDED"]))
+    runtimes = [(a.outcome, (a.stopped_at - a.started_at).total_seconds())
+                for a in job.attempts.all()  # prefetched: one query for every job
+                if a.started_at is not None and a.stopped_at is not None]
+    succeeded = [seconds for outcome, seconds in runtimes if outcome == "SUCCEEDED"]
+    if succeeded:
+        return max(1, math.ceil(succeeded[-1]))
     if runtimes:
         history.notes.append(f"{replay_name(job)} never succeeded: its longest recorded "
                              "runtime is replayed as its work.")
-        return max(1, math.ceil(max(runtimes.values())))
+        return max(1, math.ceil(max(seconds for _, seconds in runtimes)))
     history.notes.append(f"{replay_name(job)} never ran: its max_runtime_seconds is "
                          "replayed as its work.")
     return max(1, job.max_runtime_seconds)

@@ -36,13 +36,14 @@ def test_a_command_is_replayed_with_its_recorded_runtime(world: Any) -> None:
     attempt(ran, 1, outcome="PREEMPTED", seconds_ago=100)
     attempt(ran, 2, outcome="SUCCEEDED", seconds_ago=42)
     failed = command_job("failed", status="FAILED")
-    attempt(failed, 1, outcome="FAILED", seconds_ago=7)
+    attempt(failed, 1, outcome="PREEMPTED", seconds_ago=20)
+    attempt(failed, 2, outcome="FAILED", seconds_ago=7)
     never = command_job("never", status="RUNNABLE", max_runtime_seconds=900)
 
     history = recorded_history(start, timezone.now() + timedelta(minutes=1))
 
     assert submitted(history, ran)["submit"]["duration_seconds"] == 42
-    assert submitted(history, failed)["submit"]["duration_seconds"] == 7
+    assert submitted(history, failed)["submit"]["duration_seconds"] == 20  # its longest
     assert submitted(history, never)["submit"]["duration_seconds"] == 900
     assert any("never ran" in note for note in history.notes)
 
