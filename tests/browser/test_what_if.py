@@ -18,6 +18,11 @@ def test_a_what_if_shows_both_configurations(signed_in: SignedIn,
     for number, priority in enumerate((3, 2, 1)):
         _submit(alice, server, f"qs1_whatif_{number}", "QS1", priority, duration=60)
     admin = signed_in("admin")
+    violations: list[str] = []  # the page draws its charts within the CSP, as test_csp.py checks
+    admin.on("console", lambda message: violations.append(message.text)
+             if "Content Security Policy" in message.text else None)
+    admin.add_init_script("""document.addEventListener('securitypolicyviolation',
+        e => console.error('Content Security Policy violation: ' + e.violatedDirective))""")
 
     admin.click("nav >> text=What-if")
     start = datetime.now(UTC) - timedelta(minutes=5)
@@ -44,3 +49,4 @@ def test_a_what_if_shows_both_configurations(signed_in: SignedIn,
         admin.wait_for_function(
             f"() => document.querySelectorAll('{chart} .scatterlayer .trace').length > 0")
     assert admin.errors == []
+    assert violations == []
