@@ -24,8 +24,8 @@ from .test_shell_agrees_with_simulator import UNTIL, Shell, random_scenario
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-# Preemptions of both kinds, priority changes, terminations and keep-alive changes.
-SEEDS = (1, 6, 9)
+# Between them: preemptions of both kinds, priority changes, terminations, keep-alive changes.
+SEEDS = (1, 6)
 UNIT = "ml.g5.xlarge"
 
 
@@ -74,7 +74,7 @@ def test_the_unchanged_replay_gives_back_what_happened(
     assert all(row["recorded"] == row["changed"] for row in result.comparison)
 
 
-def busy_history(settings: Any, monkeypatch: pytest.MonkeyPatch) -> Shell:
+def busy_history(monkeypatch: pytest.MonkeyPatch) -> Shell:
     """Two shares of one instance each, RESERVE: S1's queue of four 10 s jobs waits."""
     document = {
         "name": "busy", "tick_seconds": 1, "until": UNTIL,
@@ -91,12 +91,18 @@ def busy_history(settings: Any, monkeypatch: pytest.MonkeyPatch) -> Shell:
                                          "instance_type": UNIT, "duration_seconds": 10}}
                     for i in range(4)],
     }
-    return live_run(document, settings, monkeypatch)
+    # The replay reads only the submissions: no cycle needs to run.
+    shell = Shell(document, timezone.now().replace(microsecond=0))
+    monkeypatch.setattr(timezone, "now", shell.clock)
+    shell.configure()
+    for action in document["actions"]:
+        shell.act(action)
+    return shell
 
 
 def test_raising_a_limit_lowers_the_wait_and_bad_changes_are_refused(
-        settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    shell = busy_history(settings, monkeypatch)
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    shell = busy_history(monkeypatch)
     end = shell.t0 + timedelta(seconds=UNTIL)
 
     result = what_if(shell.t0, end, quota_shares=[
