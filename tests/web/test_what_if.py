@@ -3,8 +3,8 @@
 The key check: a live run through the real shell (services and `run_cycle(now=...)` on a
 virtual clock, as tests/web/test_shell_agrees_with_simulator.py runs it), then replayed
 from what the database recorded with the configuration unchanged, gives back exactly what
-happened: every job's attempts (starts, ends, outcomes, preemptions), its status and the
-metrics.  A changed configuration then gives a different, sensible answer."""
+happened: every job's attempts (starts, ends, outcomes, preemptions), its status, every
+event and the metrics.  A changed configuration then gives a different, sensible answer."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from quotaweb.services.recorded_history import MAX_PERIOD
 from quotaweb.services.what_if import what_if
 from scheduler.simulate import run_scenario
 
-from .test_shell_agrees_with_simulator import UNTIL, Shell, random_scenario
+from .test_shell_agrees_with_simulator import UNTIL, Shell, in_time_order, random_scenario
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -59,6 +59,20 @@ def replayed_jobs(output: dict[str, Any], shell: Shell) -> list[dict[str, Any]]:
     return jobs
 
 
+def replayed_events(output: dict[str, Any]) -> list[dict[str, Any]]:
+    def shell_name(name: str | None) -> str | None:
+        return None if name is None else name.rsplit("_", 1)[0]
+
+    events = []
+    for event in copy.deepcopy(output["events"]):
+        event["job"] = shell_name(event["job"])
+        for key in ("preempted_by", "reused_by"):
+            if key in event["details"]:
+                event["details"][key] = shell_name(event["details"][key])
+        events.append(event)
+    return events
+
+
 @pytest.mark.parametrize("seed", SEEDS)
 def test_the_unchanged_replay_gives_back_what_happened(
         seed: int, settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -68,6 +82,7 @@ def test_the_unchanged_replay_gives_back_what_happened(
     result = what_if(shell.t0, shell.t0 + timedelta(seconds=UNTIL))
 
     assert replayed_jobs(result.recorded, shell) == shell.jobs()
+    assert in_time_order(replayed_events(result.recorded)) == in_time_order(shell.events())
     assert result.recorded["metrics"] == run_scenario(document)["metrics"]
     # Nothing changed: both columns agree.
     assert result.changed["jobs"] == result.recorded["jobs"]
