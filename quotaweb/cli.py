@@ -80,6 +80,40 @@ def _since(text: str) -> str:
     return text
 
 
+def _unit_figure(text: str) -> tuple[str, int]:
+    unit, value = _key_value(text)
+    return unit, _natural(value)
+
+
+def _share_limit(text: str) -> tuple[str, str, int]:
+    share, _, rest = text.partition(":")
+    if not share or not rest:
+        raise argparse.ArgumentTypeError(f"{text!r} is not SHARE:UNIT=N")
+    unit, value = _key_value(rest)
+    return share, unit, _natural(value)
+
+
+def _share_number(text: str) -> tuple[str, int]:
+    share, value = _key_value(text)
+    try:
+        return share, int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+
+
+def _share_switch(text: str) -> tuple[str, bool]:
+    share, value = _key_value(text)
+    if value.lower() not in ("on", "off"):
+        raise argparse.ArgumentTypeError(f"{value!r} is neither on nor off")
+    return share, value.lower() == "on"
+
+
+def _natural(value: str) -> int:
+    if not value.isdigit():
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number ≥ 0")
+    return int(value)
+
+
 def _positive(text: str) -> float:
     value = float(text)
     if value <= 0:
@@ -203,6 +237,24 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--until", type=_since, metavar="TIME",
                         help="end: ISO 8601 time, or a span back from now [now]")
     report.add_argument("--share", "-s")
+
+    what_if = command("what-if", "Replay a period of recorded history with a changed "
+                                 "configuration, beside today's (administrators).")
+    what_if.add_argument("--since", type=_since, default="24h", metavar="TIME",
+                         help="start: ISO 8601 time, or a span back from now like 2h [24h]")
+    what_if.add_argument("--until", type=_since, metavar="TIME", help="end [now]")
+    what_if.add_argument("--capacity", type=_unit_figure, action="append", default=[],
+                         metavar="UNIT=N", help="repeatable: a unit's max_capacity")
+    what_if.add_argument("--limit", type=_share_limit, action="append", default=[],
+                         metavar="SHARE:UNIT=N",
+                         help="repeatable: a share's limits become those given")
+    what_if.add_argument("--strategy", type=_key_value, action="append", default=[],
+                         metavar="SHARE=STRATEGY", help="repeatable: RESERVE, LEND, "
+                                                        "LEND_AND_BORROW")
+    what_if.add_argument("--borrow-limit", type=_share_number, action="append", default=[],
+                         metavar="SHARE=PERCENT", help="repeatable; -1 unlimited")
+    what_if.add_argument("--in-share-preemption", type=_share_switch, action="append",
+                         default=[], metavar="SHARE=on|off", help="repeatable")
 
     pools = command("warm-pools", "List warm pools, newest first.")
     pools.add_argument("--status", type=_pool_status, action="append", default=[],
@@ -388,6 +440,56 @@ def report_table(report: Json) -> str:
         rows)
 
 
+def what_if_changes(args: argparse.Namespace) -> tuple[list[Json], list[Json]]:
+    """The --capacity, --limit, --strategy, --borrow-limit and --in-share-preemption
+    options as the API's `capacity` and `quota_shares` changes."""
+    capacity = [{"capacity_unit": unit, "max_capacity": n} for unit, n in args.capacity]
+    shares: dict[str, Json] = {}
+
+    def share(name: str) -> Json:
+        return shares.setdefault(name, {"name": name})
+
+    for name, unit, n in args.limit:
+        share(name).setdefault("capacity_limits", []).append(
+            {"capacity_unit": unit, "max_capacity": n})
+    for name, strategy in args.strategy:
+        share(name)["sharing_strategy"] = strategy
+    for name, percent in args.borrow_limit:
+        share(name)["borrow_limit"] = percent
+    for name, on in args.in_share_preemption:
+        share(name)["in_share_preemption"] = on
+    return capacity, list(shares.values())
+
+
+WHAT_IF_COLUMNS = (
+    ("JOBS", lambda f: f["jobs"]), ("WAIT_MEAN_S", lambda f: f["mean_wait_seconds"]),
+    ("WAIT_P95_S", lambda f: f["p95_wait_seconds"]),
+    ("USED_H", lambda f: round(f["instance_hours"], 2)),
+    ("BORROWED_H", lambda f: round(f["borrowed_instance_hours"], 2)),
+    ("LENT_H", lambda f: round(f["lent_instance_hours"], 2)),
+    ("RECLAIMS", lambda f: f["preemptions"]["CROSS_SHARE"]),
+    ("IN_SHARE", lambda f: f["preemptions"]["IN_SHARE"]),
+    ("LOST_H", lambda f: round(f["lost_work_instance_hours"], 2)),
+)
+
+
+def what_if_table(result: Json) -> str:
+    """Per share, each figure as `recorded → changed`."""
+    def pair(row: Json, figure: Callable[[Json], Any]) -> str:
+        before, after = cell(figure(row["recorded"])), cell(figure(row["changed"]))
+        return before if before == after else f"{before} → {after}"
+
+    utilization = result["utilization"]
+    lines = [f"{short_time(result['start'])} to {short_time(result['end'])} (UTC), "
+             f"{result['jobs']} jobs replayed; recorded → changed",
+             table(("SHARE", *(name for name, _ in WHAT_IF_COLUMNS)),
+                   [(row["quota_share"], *(pair(row, figure) for _, figure in WHAT_IF_COLUMNS))
+                    for row in result["shares"]]),
+             f"utilization {cell(utilization['recorded'])} → {cell(utilization['changed'])}"]
+    lines += [f"note: {note}" for note in result["notes"]]
+    return "\n".join(lines)
+
+
 def pools_table(pools: Iterable[Json]) -> str:
     return table(("ID", "SHARE", "JOB", "INSTANCES", "STATUS", "KEEP-ALIVE", "EXPIRES",
                   "BILLABLE S", "ENDED"),
@@ -564,6 +666,11 @@ def run(args: argparse.Namespace, client: Client, out: Output, stderr: TextIO) -
         report = client.usage_report(start=args.since, end=args.until,
                                      quota_share=args.share)
         out.emit(report, lambda: report_table(report))
+    elif name == "what-if":
+        capacity, shares = what_if_changes(args)
+        result = client.what_if(start=args.since, end=args.until, capacity=capacity,
+                                quota_shares=shares)
+        out.emit(result, lambda: what_if_table(result))
     elif name == "warm-pools":
         pools = client.warm_pools(status=args.status or None, quota_share=args.share)
         out.emit({"warm_pools": pools}, lambda: pools_table(pools))

@@ -15,7 +15,7 @@ from ninja import NinjaAPI
 from .auth import BearerToken, SessionWithCsrf
 from .docs import StaticSwagger
 from .errors import MAX_BODY_BYTES, error_response, install_handlers, too_large
-from .routes import activity, configuration, jobs, reports, tokens
+from .routes import activity, configuration, jobs, reports, tokens, what_if
 
 DESCRIPTION = """\
 Quotaweb shares a fleet of instances between teams with quota shares.
@@ -62,7 +62,7 @@ def build_api() -> NinjaAPI:
     )
     install_handlers(api)
     api.add_decorator(limit_body, mode="view")
-    for module in (configuration, jobs, activity, tokens, reports):
+    for module in (configuration, jobs, activity, tokens, reports, what_if):
         api.add_router("/", module.router)
     return api
 

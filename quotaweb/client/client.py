@@ -185,6 +185,17 @@ class Client:
         params = {"start": _time(start), "end": _time(end), "quota_share": quota_share}
         return dict(self.request("GET", "/reports/usage", params=params))
 
+    def what_if(self, start: datetime | str | None = None, end: datetime | str | None = None,
+                *, capacity: Iterable[Json] = (), quota_shares: Iterable[Json] = ()) -> Json:
+        """POST /what-if (administrators): the period [start, end) replayed with today's
+        configuration and with the changes (`capacity`: [{capacity_unit, max_capacity, …}],
+        `quota_shares`: [{name, capacity_limits, sharing_strategy, borrow_limit,
+        in_share_preemption}], fields left out unchanged), compared per share."""
+        body = {"start": _time(start), "end": _time(end), "capacity": list(capacity),
+                "quota_shares": list(quota_shares)}
+        return dict(self.request("POST", "/what-if",
+                                 body={k: v for k, v in body.items() if v is not None}))
+
     def warm_pools(self, status: str | Iterable[str] | None = None,
                    quota_share: str | None = None) -> list[Json]:
         """Warm pools newest first (status: InUse, Available, Reused, Terminated)."""

@@ -23,6 +23,10 @@ class Job(models.Model):
     submitted_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
                                      on_delete=models.SET_NULL, related_name="jobs")
     priority = models.PositiveIntegerField(default=0)
+    # What the submission asked for, before any later change (PRIORITY_UPDATED and
+    # WARM_POOL_UPDATED events record only the new value): what-if replays start from it.
+    submitted_priority = models.PositiveIntegerField(null=True, blank=True)
+    submitted_keep_alive_seconds = models.PositiveIntegerField(null=True, blank=True)
     instance_type = models.CharField(max_length=64)
     instance_count = models.PositiveIntegerField(default=1)
     keep_alive_seconds = models.PositiveIntegerField(default=0)

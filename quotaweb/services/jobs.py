@@ -98,6 +98,8 @@ def submit_job(user: User | None, **fields: Any) -> tuple[Job, bool]:
             check_submission_limits(user, share, timezone.now())
         new = Job(**cleaned, quota_share=share, submitted_by=_stored_user(user),
                   request_fingerprint=fingerprint,
+                  submitted_priority=cleaned["priority"],
+                  submitted_keep_alive_seconds=cleaned["keep_alive_seconds"],
                   executor=Executor.LOCAL if cleaned["command"] else Executor.SIMULATED)
         if token is None:
             # Only a client_token can clash (one_job_per_client_token): without one there

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from .views import jobs, overview, pools, reports, search, shares, tokens
+from .views import jobs, overview, pools, reports, search, shares, tokens, what_if
 
 app_name = "web"
 
@@ -24,6 +24,7 @@ urlpatterns = [
     path("submit", jobs.submit, name="submit"),
     path("reports/usage", reports.usage, name="report"),
     path("reports/usage.csv", reports.usage_csv, name="report-csv"),
+    path("what-if", what_if.what_if_page, name="what-if"),
     path("warm-pools", pools.warm_pools, name="warm-pools"),
     path("warm-pools/table", pools.warm_pools_table, name="warm-pools-table"),
     path("warm-pools/<int:pool_id>/keep-alive", pools.pool_keep_alive,

@@ -80,7 +80,7 @@ OPERATIONS = {
     ("get", "/api/v1/usage"), ("get", "/api/v1/events"),
     ("get", "/api/v1/tokens"), ("post", "/api/v1/tokens"),
     ("delete", "/api/v1/tokens/{token_id}"), ("post", "/api/v1/tokens/revoke-all"),
-    ("get", "/api/v1/reports/usage"),
+    ("get", "/api/v1/reports/usage"), ("post", "/api/v1/what-if"),
 }
 JOB_FIELDS = {
     "id", "name", "quota_share", "priority", "status", "status_reason", "pending_reason",

@@ -22,6 +22,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -655,6 +656,34 @@ def test_cli_report_is_the_apis_usage_report(server: LiveServer) -> None:
     assert refused.returncode == 1 and "after its start" in refused.stderr
     too_long = cli(server, "report", "--since", "2000-01-01T00:00:00Z")
     assert too_long.returncode == 1 and "at most 366 days" in too_long.stderr
+
+
+def test_cli_what_if_compares_a_changed_limit(server: LiveServer) -> None:
+    """Four 30 s jobs in QS3 (RESERVE, limit 2): two wait for the first two.  With QS3's
+    limit at 4 (and the capacity raised to make room) none waits."""
+    since = datetime.now(UTC) - timedelta(seconds=1)
+    qs3 = server.client("carol").queue("QS3")
+    for number in range(4):
+        qs3.submit(unique(f"whatif{number}"), duration_seconds=30)
+    until = (since + timedelta(minutes=5)).isoformat()
+    args = ("what-if", "--since", since.isoformat(), "--until", until,
+            "--capacity", f"{UNIT}=8", "--limit", f"QS3:{UNIT}=4")
+
+    shown = cli(server, *args, user="admin")
+
+    assert shown.returncode == 0, shown.stderr
+    heading, header, *rows = shown.stdout.splitlines()
+    assert "4 jobs replayed" in heading and header.split()[:3] == ["SHARE", "JOBS", "WAIT_MEAN_S"]
+    as_json = json.loads(cli(server, *args, "--json", user="admin").stdout)
+    qs3_row = next(row for row in as_json["shares"] if row["quota_share"] == "QS3")
+    assert qs3_row["recorded"]["mean_wait_seconds"] > 0
+    assert qs3_row["changed"]["mean_wait_seconds"] == 0
+    shown_qs3 = next(row for row in rows if row.startswith("QS3"))
+    assert f"{qs3_row['recorded']['mean_wait_seconds']:g} → 0" in shown_qs3
+    refused = cli(server, *args, user="alice")
+    assert refused.returncode == 1 and "Only administrators" in refused.stderr
+    bad = cli(server, "what-if", "--limit", "QS3:nothing", user="admin")
+    assert bad.returncode == 2 and "expected KEY=VALUE" in bad.stderr
 
 
 # Many jobs at once ---------------------------------------------------------------------

@@ -1,0 +1,145 @@
+"""What-if (quotaweb.services.what_if): recorded history replayed through the simulator.
+
+The key check: a live run through the real shell (services and `run_cycle(now=...)` on a
+virtual clock, as tests/web/test_shell_agrees_with_simulator.py runs it), then replayed
+from what the database recorded with the configuration unchanged, gives back exactly what
+happened: every job's attempts (starts, ends, outcomes, preemptions), its status, every
+event and the metrics.  A changed configuration then gives a different, sensible answer."""
+
+from __future__ import annotations
+
+import copy
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from quotaweb.services.errors import ValidationFailed
+from quotaweb.services.recorded_history import MAX_PERIOD
+from quotaweb.services.what_if import what_if
+from scheduler.simulate import run_scenario
+
+from .test_shell_agrees_with_simulator import UNTIL, Shell, in_time_order, random_scenario
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+# Between them: preemptions of both kinds, priority changes, terminations, keep-alive changes.
+SEEDS = (1, 6)
+UNIT = "ml.g5.xlarge"
+
+
+def live_run(document: dict[str, Any], settings: Any, monkeypatch: pytest.MonkeyPatch
+             ) -> Shell:
+    settings.QUOTAWEB = {
+        **settings.QUOTAWEB,
+        "PREEMPTION_GRACE_SECONDS": document["settings"]["preemption_grace_seconds"],
+        "WARM_POOL_MAX_LIFETIME_SECONDS":
+            document["settings"]["warm_pool_max_lifetime_seconds"],
+    }
+    shell = Shell(document, timezone.now().replace(microsecond=0))
+    monkeypatch.setattr(timezone, "now", shell.clock)
+    shell.configure()
+    shell.run()
+    return shell
+
+
+def replayed_jobs(output: dict[str, Any], shell: Shell) -> list[dict[str, Any]]:
+    """The replay's jobs in the shell's terms: a replayed job is named `name_id`."""
+    jobs = []
+    for job in output["jobs"]:
+        row = {key: value for key, value in copy.deepcopy(job).items() if key != "position"}
+        row["name"] = row["name"].rsplit("_", 1)[0]
+        for attempt in row["attempts"]:
+            if "preempted_by" in attempt:
+                attempt["preempted_by"] = attempt["preempted_by"].rsplit("_", 1)[0]
+        if row["warm_pool"] and row["warm_pool"]["reused_by"]:
+            row["warm_pool"]["reused_by"] = row["warm_pool"]["reused_by"].rsplit("_", 1)[0]
+        jobs.append(row)
+    return jobs
+
+
+def replayed_events(output: dict[str, Any]) -> list[dict[str, Any]]:
+    def shell_name(name: str | None) -> str | None:
+        return None if name is None else name.rsplit("_", 1)[0]
+
+    events = []
+    for event in copy.deepcopy(output["events"]):
+        event["job"] = shell_name(event["job"])
+        for key in ("preempted_by", "reused_by"):
+            if key in event["details"]:
+                event["details"][key] = shell_name(event["details"][key])
+        events.append(event)
+    return events
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_the_unchanged_replay_gives_back_what_happened(
+        seed: int, settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    document = random_scenario(seed)
+    shell = live_run(document, settings, monkeypatch)
+
+    result = what_if(shell.t0, shell.t0 + timedelta(seconds=UNTIL))
+
+    assert replayed_jobs(result.recorded, shell) == shell.jobs()
+    assert in_time_order(replayed_events(result.recorded)) == in_time_order(shell.events())
+    assert result.recorded["metrics"] == run_scenario(document)["metrics"]
+    # Nothing changed: both columns agree.
+    assert result.changed["jobs"] == result.recorded["jobs"]
+    assert all(row["recorded"] == row["changed"] for row in result.comparison)
+
+
+def busy_history(monkeypatch: pytest.MonkeyPatch) -> Shell:
+    """Two shares of one instance each, RESERVE: S1's queue of four 10 s jobs waits."""
+    document = {
+        "name": "busy", "tick_seconds": 1, "until": UNTIL,
+        "settings": {"preemption_grace_seconds": 0, "warm_pool_max_lifetime_seconds": 100},
+        "capacity": [{"capacity_unit": UNIT, "max_capacity": 4, "warm_pool_limit": 0,
+                      "cold_start_seconds": 0, "warm_start_seconds": 0}],
+        "quota_shares": [
+            {"name": "S0", "sharing_strategy": "RESERVE",
+             "capacity_limits": [{"capacity_unit": UNIT, "max_capacity": 1}]},
+            {"name": "S1", "sharing_strategy": "RESERVE",
+             "capacity_limits": [{"capacity_unit": UNIT, "max_capacity": 1}]},
+        ],
+        "actions": [{"at": 0, "submit": {"name": f"s1_{i}", "quota_share": "S1",
+                                         "instance_type": UNIT, "duration_seconds": 10}}
+                    for i in range(4)],
+    }
+    # The replay reads only the submissions: no cycle needs to run.
+    shell = Shell(document, timezone.now().replace(microsecond=0))
+    monkeypatch.setattr(timezone, "now", shell.clock)
+    shell.configure()
+    for action in document["actions"]:
+        shell.act(action)
+    return shell
+
+
+def test_raising_a_limit_lowers_the_wait_and_bad_changes_are_refused(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    shell = busy_history(monkeypatch)
+    end = shell.t0 + timedelta(seconds=UNTIL)
+
+    result = what_if(shell.t0, end, quota_shares=[
+        {"name": "S1", "capacity_limits": [{"capacity_unit": UNIT, "max_capacity": 3}]}])
+
+    s1 = next(row for row in result.comparison if row["quota_share"] == "S1")
+    assert s1["recorded"]["mean_wait_seconds"] == 15  # waits 0, 10, 20, 30
+    assert s1["recorded"]["p95_wait_seconds"] == 30
+    assert s1["changed"]["mean_wait_seconds"] == 2.5  # waits 0, 0, 0, 10
+    assert s1["changed"]["instance_hours"] == s1["recorded"]["instance_hours"]
+    assert result.changed["metrics"]["utilization"] == result.recorded["metrics"]["utilization"]
+
+
+    # Bad changes and periods are refused, naming the field.
+    with pytest.raises(ValidationFailed) as unknown:
+        what_if(shell.t0, end, quota_shares=[{"name": "nope", "in_share_preemption": True}])
+    assert "quota_shares" in unknown.value.fields
+    with pytest.raises(ValidationFailed) as over:  # Σ limits 5 > capacity 4
+        what_if(shell.t0, end, quota_shares=[
+            {"name": "S1", "capacity_limits": [{"capacity_unit": UNIT, "max_capacity": 4}]}])
+    assert "quota_shares" in over.value.fields
+    with pytest.raises(ValidationFailed):
+        what_if(end, shell.t0)
+    with pytest.raises(ValidationFailed):
+        what_if(end - MAX_PERIOD - timedelta(seconds=1), end)

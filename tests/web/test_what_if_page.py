@@ -1,0 +1,78 @@
+"""The what-if page (/what-if): administrators only; the form starts from today's
+configuration, and a run shows both configurations' figures and timelines side by side."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from . import test_api_helpers as helpers
+from .test_api_helpers import UNIT, job, state
+
+pytestmark = pytest.mark.django_db
+
+world = helpers.world
+
+
+def form(**fields: Any) -> dict[str, Any]:
+    now = timezone.now()
+    return {"start": (now - timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M:%S"),
+            "end": (now + timedelta(minutes=30)).strftime("%Y-%m-%dT%H:%M:%S"),
+            f"capacity-{UNIT}": "4", f"limit-QS1-{UNIT}": "2", f"limit-QS2-{UNIT}": "1",
+            f"limit-QS3-{UNIT}": "1", "strategy-QS1": "LEND_AND_BORROW", "borrow-QS1": "100",
+            "strategy-QS2": "LEND", "strategy-QS3": "RESERVE", **fields}
+
+
+def figure(html: str, cell: str, share: str, key: str) -> str:
+    row = re.search(rf'<tr data-share="{share}" data-figure="{key}".*?</tr>', html, re.S)
+    assert row, (share, key)
+    found = re.search(rf'data-column="{cell}">(?:<strong>)?([^<]*)', row.group(0))
+    assert found
+    return found.group(1)
+
+
+def test_members_are_refused(world: Any, client_for: Callable[[Any], Any]) -> None:
+    assert client_for(world.users["member"]).get("/what-if").status_code == 403
+    assert client_for(world.users["member"]).post("/what-if", form()).status_code == 403
+
+
+def test_a_run_shows_both_configurations_side_by_side(
+        world: Any, client_for: Callable[[Any], Any]) -> None:
+    admin = client_for(world.users["admin"])
+    page = admin.get("/what-if").content.decode()
+    assert f'name="limit-QS3-{UNIT}" value="1"' in page
+    for number in range(3):
+        job("QS3", name=f"q{number}")
+    before = state()
+
+    answer = admin.post("/what-if", form(**{f"capacity-{UNIT}": "6",
+                                           f"limit-QS3-{UNIT}": "3"}))
+
+    assert answer.status_code == 200
+    html = answer.content.decode()
+    assert figure(html, "recorded", "QS3", "mean_wait_seconds") == "120.0"
+    assert figure(html, "changed", "QS3", "mean_wait_seconds") == "0.0"
+    assert figure(html, "recorded", "QS3", "jobs") == figure(html, "changed", "QS3", "jobs")
+    for name in ("what-if-recorded-figure", "what-if-changed-figure"):
+        script = re.search(rf'<script id="{name}" type="application/json">(.*?)</script>',
+                           html, re.S)
+        assert script and json.loads(script.group(1))["data"]
+    assert state() == before
+
+
+def test_bad_input_shows_the_problem_and_changes_nothing(
+        world: Any, client_for: Callable[[Any], Any]) -> None:
+    admin = client_for(world.users["admin"])
+    before = state()
+    answer = admin.post("/what-if", form(**{f"limit-QS3-{UNIT}": "3"}))  # Σ 6 > 4
+    assert answer.status_code == 422
+    assert "add up to 6" in answer.content.decode()
+    assert admin.post("/what-if", form(start="soon")).status_code == 422
+    assert admin.post("/what-if", form(**{f"capacity-{UNIT}": "many"})).status_code == 422
+    assert state() == before
