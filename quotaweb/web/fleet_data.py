@@ -18,7 +18,7 @@ from scheduler.lifecycle import Outcome
 
 from ..models import Attempt, CapacityUnit, Event, WarmPoolSegment
 from ..models.warm_pools import PoolStatus
-from . import figures, grace
+from . import gantt, grace
 from .ranges import TimeRange
 from .usage_data import share_colours
 
@@ -108,15 +108,15 @@ def stopping_bars(now: datetime, since: datetime | None = None) -> list[Bar]:
 def fleet(now: datetime, period: TimeRange | None = None) -> dict[str, Any]:
     """The fleet Gantt figure of the last HISTORY (showing the last 30 minutes), or of a
     chosen `period` (web.ranges), downsampled: bars closer than a pixel column's worth of
-    time on one instance, of one share and kind, are drawn as one (figures.merge_bars)."""
+    time on one instance, of one share and kind, are drawn as one (gantt.merge_bars)."""
     units = list(CapacityUnit.objects.order_by("name").values("name", "max_capacity"))
     if period is None:
         bars = attempt_bars(now) + warm_bars(now) + stopping_bars(now)
-        return figures.fleet_figure(units, bars, colours=share_colours(), now=now)
+        return gantt.fleet_figure(units, bars, colours=share_colours(), now=now)
     until, since = period.end, period.start
     bars = (attempt_bars(until, since, MAX_LONG_ATTEMPTS)
             + warm_bars(until, since, MAX_LONG_ATTEMPTS) + stopping_bars(until, since))
-    bars = figures.merge_bars(bars, period.seconds / BUCKETS)
-    return figures.fleet_figure(units, bars, colours=share_colours(), now=until,
+    bars = gantt.merge_bars(bars, period.seconds / BUCKETS)
+    return gantt.fleet_figure(units, bars, colours=share_colours(), now=until,
                                 window_seconds=period.seconds, fixed_start=since,
                                 follow_now=period.follows_now)

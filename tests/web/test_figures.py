@@ -17,7 +17,7 @@ import plotly.graph_objects as go
 import pytest
 
 from quotaweb import series
-from quotaweb.web import figures
+from quotaweb.web import figures, gantt
 from quotaweb.web.figures import OKABE_ITO
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -266,16 +266,16 @@ def bar(share: str, instance: int, start: float, end: float | None, *, kind: str
 
 def fleet(units: list[dict[str, Any]], bars: list[dict[str, Any]]) -> dict[str, Any]:
     colours = figures.share_colours(b["quota_share"] for b in bars)
-    return valid(figures.fleet_figure(units, bars, colours=colours, now=NOW))
+    return valid(gantt.fleet_figure(units, bars, colours=colours, now=NOW))
 
 
 def test_one_row_per_instance_number_per_unit() -> None:
     units = [{"name": "b.unit", "max_capacity": 2}, {"name": "a.unit", "max_capacity": 1}]
-    assert figures.fleet_rows(units, []) == ["a.unit #0", "b.unit #0", "b.unit #1"]
+    assert gantt.fleet_rows(units, []) == ["a.unit #0", "b.unit #0", "b.unit #1"]
 
 
 def test_instances_beyond_a_shrunk_capacity_keep_their_rows() -> None:
-    rows = figures.fleet_rows([{"name": UNIT, "max_capacity": 1}], [bar("QS1", 4, 10, 5)])
+    rows = gantt.fleet_rows([{"name": UNIT, "max_capacity": 1}], [bar("QS1", 4, 10, 5)])
     assert rows == [f"{UNIT} #0", f"{UNIT} #4"]
 
 
@@ -393,7 +393,7 @@ def test_bars_close_together_on_one_instance_merge_for_a_long_range() -> None:
             {**bar("QS1", 0, 49.9, 40, job="b", borrowed=1), "job_id": 2},
             {**bar("QS1", 0, 20, None, job="c"), "job_id": 3},
             {**bar("QS2", 0, 45, 44, job="d"), "job_id": 4}]
-    merged = figures.merge_bars(bars, tolerance_seconds=30)
+    merged = gantt.merge_bars(bars, tolerance_seconds=30)
     assert [(b["quota_share"], b["start"], b["end"], b["job_name"], b["borrowed_instances"])
             for b in merged] == [("QS1", at(60), at(40), "2 jobs", 1),
                                  ("QS1", at(20), None, "c", 0),
@@ -409,7 +409,7 @@ def test_a_chosen_range_shows_its_whole_span_and_a_custom_one_stays_put() -> Non
                                                 series.iso(NOW)]
     assert week["layout"]["meta"]["earliest"] is None
     assert week["layout"]["meta"]["follow_now"] is True
-    fixed = figures.fleet_figure([{"name": UNIT, "max_capacity": 1}], [], colours=colours,
+    fixed = gantt.fleet_figure([{"name": UNIT, "max_capacity": 1}], [], colours=colours,
                                  now=NOW, fixed_start=NOW - timedelta(hours=2),
                                  follow_now=False)
     assert fixed["layout"]["meta"]["follow_now"] is False
