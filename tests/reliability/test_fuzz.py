@@ -51,6 +51,12 @@ FUZZ = settings(deadline=None, suppress_health_check=list(HealthCheck), database
                 derandomize=True, phases=[Phase.explicit, Phase.generate])
 
 schema = schemathesis.openapi.from_wsgi(SCHEMA_URL, get_wsgi_application())
+# A body over the server's 1 MiB cap is refused with 413 before it is read (docs/api.md,
+# errors): a rejection like the others, which schemathesis does not expect by default.
+# Since `command` documents its 100,000-character limit, a batch of such invalid jobs can
+# be that large.
+_rejection = schema.config.checks.negative_data_rejection
+_rejection.expected_statuses = [*_rejection.expected_statuses, "413"]
 
 
 class Callers:
@@ -193,6 +199,13 @@ BASE_BODIES: dict[tuple[str, str], dict[str, Any]] = {
                                                    "capacity_unit": helpers.UNIT,
                                                    "max_capacity": 2}]},
     ("post", "/api/v1/tokens"): {"name": "laptop", "expires_at": "2999-01-01T00:00:00Z"},
+    ("post", "/api/v1/what-if"): {"start": "2026-01-01T00:00:00Z", "end": "2026-01-01T01:00:00Z",
+                                  "capacity": [{"capacity_unit": helpers.UNIT,
+                                                "max_capacity": 4}],
+                                  "quota_shares": [{"name": "QS1", "sharing_strategy": "LEND",
+                                                    "capacity_limits": [{
+                                                        "capacity_unit": helpers.UNIT,
+                                                        "max_capacity": 2}]}]},
 }
 PATH_VALUES = {"job_id": "{job}", "name": "QS1", "token_id": "1"}
 
