@@ -9,6 +9,8 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from .read_model import times
+
 Sample = Mapping[str, Any]
 Moment = datetime | str
 
@@ -31,7 +33,7 @@ def epoch_microseconds(value: Moment) -> int:
 
 def iso(value: Moment) -> str:
     """ISO 8601 in UTC with a Z and milliseconds: what the page's script localises."""
-    return parse_time(value).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return times.iso(parse_time(value), "milliseconds")
 
 
 def integrate(samples: Iterable[Sample], field: str, start: Moment, end: Moment) -> float:

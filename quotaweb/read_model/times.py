@@ -12,7 +12,8 @@ from typing import Any, Literal, overload
 # "microseconds": every time the API and the websocket write reads alike, whatever its
 # fraction.  "auto": the fraction only when there is one, as event details have always
 # carried their times (a stored event must keep reading as it was written).
-Precision = Literal["microseconds", "auto"]
+# "milliseconds": what the dashboard's script reads (quotaweb/series.py).
+Precision = Literal["microseconds", "milliseconds", "auto"]
 
 
 @overload

@@ -18,6 +18,7 @@ from django.utils import timezone
 from scheduler.events import EventType, Payload, details
 
 from ..models import Event, Job
+from ..read_model.times import iso
 from .clock import from_engine
 
 EVENT_LOCK_KEY = 0x51_57_45_56  # "QWEV"
@@ -72,11 +73,7 @@ def emit(payload: Payload, **fields: Any) -> Event:
 
 def rendered(payload: Payload) -> dict[str, Any]:
     """docs/api.md's event details: jobs by id, times in ISO 8601 UTC with a Z."""
-    return details(payload, job=int, time=lambda seconds: _iso(from_engine(seconds)))
-
-
-def _iso(moment: datetime) -> str:
-    return moment.isoformat().replace("+00:00", "Z")
+    return details(payload, job=int, time=lambda seconds: iso(from_engine(seconds), "auto"))
 
 
 def record_all(items: list[Event]) -> list[Event]:

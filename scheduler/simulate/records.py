@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..decisions import PendingReason, PoolTermination, PreemptionKind
-from ..lifecycle import Outcome, PoolStatus, WorkEnd, preemptions_left
+from ..lifecycle import Outcome, PoolStatus, WorkEnd, billable_seconds, preemptions_left
 from ..model import Job, JobStatus, WarmPool, WarmPoolMatch
 from .scenario import JobSpec
 
@@ -56,7 +56,8 @@ class Segment:
     def to_json(self, until: int) -> dict[str, Any]:
         billable = self.retained_billable_seconds
         if self.status is PoolStatus.AVAILABLE and self.available_since is not None:
-            billable += until - self.available_since
+            # Whole seconds in the simulator's output: its clock ticks in whole seconds.
+            billable += int(billable_seconds(self.available_since, until))
         return {
             "status": self.status.value,
             "keep_alive_seconds": self.keep_alive_seconds,
