@@ -28,10 +28,20 @@ def run_scenario(document: Any) -> dict[str, Any]:
 TickObserver = Callable[[Snapshot, CycleResult, Snapshot], None]
 
 
-def simulate(scenario: Scenario, observer: TickObserver | None = None) -> dict[str, Any]:
+def simulate(
+    scenario: Scenario, observer: TickObserver | None = None, *, every_tick: bool = False
+) -> dict[str, Any]:
     """Run `scenario`; `observer`, if given, sees each processed tick's snapshot before the
     cycle, the cycle's result, and the snapshot right after its decisions (for tests that
-    check invariants tick by tick)."""
+    check invariants tick by tick).
+
+    Simulated time is event-driven: a tick at which nothing can change (no action, start,
+    end, expiry or grace end is due, and the previous cycle changed no state) is skipped,
+    and the observer does not see it: its cycle would decide nothing and leave the very
+    snapshot the observer saw last.  The metrics integrate the skipped stretch exactly and
+    a usage row is only written when a figure changes, so skipping changes no output.
+    `every_tick=True` processes (and observes) every tick instead: for the test that checks
+    exactly that claim, and for anyone who wants to watch each second."""
     world = World(scenario)
     meter = Meter()
     tick, until = scenario.tick_seconds, scenario.until
@@ -49,7 +59,7 @@ def simulate(scenario: Scenario, observer: TickObserver | None = None) -> dict[s
             observer(before, result, world.snapshot(t))
         world.advance(t)  # starts with no delay become RUNNING at t
         meter.record(world, t, largest_idle_fit(after_cycle))
-        next_t = _next_tick(world, pending_actions, t, tick)
+        next_t = t + tick if every_tick else _next_tick(world, pending_actions, t, tick)
         if next_t is None or next_t > until:
             break
         t = next_t
