@@ -6,7 +6,7 @@ prints it.  No database, no clock, no network: the same file gives the same outp
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..decisions import CycleResult
@@ -45,21 +45,24 @@ def simulate(
     world = World(scenario)
     meter = Meter()
     tick, until = scenario.tick_seconds, scenario.until
-    pending_actions = list(scenario.actions)
+    actions = scenario.actions  # in (tick, file order): parse_scenario sorts them
+    applied = 0
     t = 0
     while True:
         world.changed = False
         world.advance(t)
-        due = [a for a in pending_actions if a.tick <= t]
-        pending_actions = pending_actions[len(due):]
-        apply_actions(world, due, t)
+        first = applied
+        while applied < len(actions) and actions[applied].tick <= t:
+            applied += 1
+        apply_actions(world, list(actions[first:applied]), t)
         before = world.snapshot(t)
         result, after_cycle = world.cycle(t, before)
         if observer is not None:
             observer(before, result, world.snapshot(t))
         world.advance(t)  # starts with no delay become RUNNING at t
         meter.record(world, t, largest_idle_fit(after_cycle))
-        next_t = t + tick if every_tick else _next_tick(world, pending_actions, t, tick)
+        upcoming = actions[applied:applied + 1]
+        next_t = t + tick if every_tick else _next_tick(world, upcoming, t, tick)
         if next_t is None or next_t > until:
             break
         t = next_t
@@ -75,7 +78,7 @@ def simulate(
     }
 
 
-def _next_tick(world: World, pending: list[Any], t: int, tick: int) -> int | None:
+def _next_tick(world: World, pending: Sequence[Any], t: int, tick: int) -> int | None:
     """The next tick at which anything is due: idle stretches are skipped."""
     candidates = []
     if world.changed:

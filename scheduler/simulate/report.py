@@ -28,7 +28,8 @@ def held_figures(world: World) -> dict[tuple[str, str], dict[str, int]]:
         key = (pool.quota_share, pool.instance_type)
         used[key] += pool.instance_count
         warm[key] += pool.instance_count
-    units = set(world.capacity) | {u for s in world.shares.values() for u in s.units()}
+    listed = {name: share.units() for name, share in world.shares.items()}
+    units = set(world.capacity).union(*listed.values())
     figures: dict[tuple[str, str], dict[str, int]] = {}
     for unit in sorted(units):
         capacity = world.capacity[unit].max_capacity if unit in world.capacity else 0
@@ -38,8 +39,8 @@ def held_figures(world: World) -> dict[tuple[str, str], dict[str, int]]:
         }
         unowned = quota.unowned(capacity, (limit for _, limit, _ in standing.values()))
         lent = quota.lent(unowned, standing)
-        for name, share in world.shares.items():
-            if unit not in share.units() and not used[name, unit]:
+        for name in world.shares:
+            if unit not in listed[name] and not used[name, unit]:
                 continue
             u, limit, _ = standing[name]
             figures[name, unit] = {
