@@ -101,6 +101,18 @@ class World:
         self.live[job.name] = job
         self.queued[job.spec.quota_share, job.spec.instance_type] += job.spec.instance_count
 
+    def recount(self) -> None:
+        """Count the held and queued instances again from the live jobs: for code that
+        puts jobs into `jobs` and `live`, or sets their status, without admit() and move()
+        (a world built from a live snapshot, say)."""
+        self.held_by_jobs, self.queued = Counter(), Counter()
+        for job in self.live.values():
+            key, count = (job.spec.quota_share, job.spec.instance_type), job.spec.instance_count
+            if job.status.active:
+                self.held_by_jobs[key] += count
+            elif job.status.queued:
+                self.queued[key] += count
+
     def move(self, job: SimJob, status: JobStatus) -> None:
         """Change the job's status, keeping the held and queued counts."""
         old = job.status

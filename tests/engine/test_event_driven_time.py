@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 from scheduler.decisions import CycleResult
 from scheduler.model import Snapshot
 from scheduler.simulate import parse_scenario, simulate
+from scheduler.simulate.actions import apply_actions
+from scheduler.simulate.world import World
 
 from .scenario_builders import Document, capacity, scenario, share, submit
 from .test_simulation_properties import scenarios
@@ -56,3 +58,25 @@ def test_a_long_quiet_stretch_costs_a_handful_of_cycles() -> None:
     assert {0, 50_000, 50_010, 86_400, 90_000} <= set(processed)  # starts, ends, expiry
     assert len(processed) < 10
     assert json.loads(output)["metrics"]["utilization"] > 0.5
+
+
+def test_the_counts_kept_as_jobs_move_match_a_recount() -> None:
+    """The usage figures read counts kept as jobs move (World.move); a recount from the
+    live jobs must find the same, after submissions, dispatches and a preemption."""
+    document = scenario(
+        capacity=[capacity(3)],
+        shares=[share("A", 1, "LEND_AND_BORROW", borrow_limit=-1), share("B", 2)],
+        actions=[submit(0, "a1", "A", instance_count=2), submit(0, "a2", "A"),
+                 submit(5, "b1", "B", instance_count=2)],
+    )
+    world = World(parse_scenario(document))
+    for t in (0, 5):
+        world.advance(t)
+        apply_actions(world, [a for a in world.scenario.actions if a.tick == t], t)
+        world.cycle(t, world.snapshot(t))
+        world.advance(t)
+        kept = (+world.held_by_jobs, +world.queued)
+        world.recount()
+        assert kept == (+world.held_by_jobs, +world.queued)
+    assert world.held_by_jobs == {("B", "ml.g5.xlarge"): 2, ("A", "ml.g5.xlarge"): 1}
+    assert world.queued == {("A", "ml.g5.xlarge"): 2}
