@@ -212,3 +212,72 @@ def after_cycle(snapshot: Snapshot, result: CycleResult) -> Snapshot:
 def _running(job: Job, dispatch: Dispatch, now: float) -> Job:
     return replace(job, status=JobStatus.RUNNING, instances=dispatch.instances,
                    dispatched_at=now, started_at=dispatch.starting_at)
+
+
+# A week of a trace: 1,000 jobs a day ------------------------------------------------------
+
+DAY_SECONDS = 86_400
+TRACE_UNIT_CAPACITY = 800
+TRACE_SHARES = 10
+
+
+@dataclass(frozen=True, slots=True)
+class TraceClass:
+    """One kind of job of the trace: its share of the jobs, size, priority, run time range
+    (seconds) and keep-alive."""
+
+    name: str
+    fraction: float
+    instance_count: int
+    priority: int
+    shortest: int
+    longest: int
+    keep_alive_seconds: int
+
+
+TRACE_CLASSES = (
+    TraceClass("notebook-sized", 0.70, 1, 50, 600, 3_600, 300),
+    TraceClass("training", 0.20, 4, 100, 3_600, 14_400, 0),
+    TraceClass("large training", 0.10, 16, 200, 14_400, 43_200, 0),
+)
+
+
+def week_trace(jobs_per_day: int = 1_000, days: int = 7, seed: int = SEED) -> dict[str, Any]:
+    """A scenario of `days` days with `jobs_per_day` submissions a day at seeded random
+    seconds, from the classes above (minutes to half a day of work, small jobs keeping their
+    instances warm for 5 minutes), over ten LEND_AND_BORROW shares of one 800-instance
+    unit with cold and warm start delays: about 80 % busy, so queues form and drain, pools
+    are reused and expire, and most seconds of the week have nothing due."""
+    rng = random.Random(seed)
+    names = [f"team{index:02d}" for index in range(1, TRACE_SHARES + 1)]
+    total = jobs_per_day * days
+    arrivals = sorted(rng.randrange(days * DAY_SECONDS) for _ in range(total))
+    weights = [job_class.fraction for job_class in TRACE_CLASSES]
+    actions = []
+    for index, at in enumerate(arrivals):
+        job_class = rng.choices(TRACE_CLASSES, weights)[0]
+        actions.append({"at": at, "submit": {
+            "name": f"trace{index:05d}",
+            "quota_share": names[rng.randrange(len(names))],
+            "priority": job_class.priority,
+            "instance_type": UNIT,
+            "instance_count": job_class.instance_count,
+            "duration_seconds": rng.randint(job_class.shortest, job_class.longest),
+            "keep_alive_seconds": job_class.keep_alive_seconds,
+        }})
+    return {
+        "name": f"trace-{jobs_per_day}-a-day-{days}-days",
+        "tick_seconds": 1,
+        "until": days * DAY_SECONDS,
+        "capacity": [{"capacity_unit": UNIT, "max_capacity": TRACE_UNIT_CAPACITY,
+                      "warm_pool_limit": 40, "cold_start_seconds": 120,
+                      "warm_start_seconds": 15}],
+        "quota_shares": [
+            {"name": name,
+             "capacity_limits": [{"capacity_unit": UNIT,
+                                  "max_capacity": TRACE_UNIT_CAPACITY // TRACE_SHARES}],
+             "sharing_strategy": "LEND_AND_BORROW", "borrow_limit": -1}
+            for name in names
+        ],
+        "actions": actions,
+    }

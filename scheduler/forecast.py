@@ -112,6 +112,7 @@ class _Forecast:
             self.seed_job(job)
         for number, pool in enumerate(snapshot.warm_pools, start=1):
             self.seed_pool(pool, number)
+        self.world.recount()  # the jobs were put in directly, not admitted
 
     # Seeding the world from the live snapshot ------------------------------------------
 

@@ -6,7 +6,7 @@ prints it.  No database, no clock, no network: the same file gives the same outp
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..decisions import CycleResult
@@ -28,28 +28,41 @@ def run_scenario(document: Any) -> dict[str, Any]:
 TickObserver = Callable[[Snapshot, CycleResult, Snapshot], None]
 
 
-def simulate(scenario: Scenario, observer: TickObserver | None = None) -> dict[str, Any]:
+def simulate(
+    scenario: Scenario, observer: TickObserver | None = None, *, every_tick: bool = False
+) -> dict[str, Any]:
     """Run `scenario`; `observer`, if given, sees each processed tick's snapshot before the
     cycle, the cycle's result, and the snapshot right after its decisions (for tests that
-    check invariants tick by tick)."""
+    check invariants tick by tick).
+
+    Simulated time is event-driven: a tick at which nothing can change (no action, start,
+    end, expiry or grace end is due, and the previous cycle changed no state) is skipped,
+    and the observer does not see it: its cycle would decide nothing and leave the very
+    snapshot the observer saw last.  The metrics integrate the skipped stretch exactly and
+    a usage row is only written when a figure changes, so skipping changes no output.
+    `every_tick=True` processes (and observes) every tick instead: for the test that checks
+    exactly that claim, and for anyone who wants to watch each second."""
     world = World(scenario)
     meter = Meter()
     tick, until = scenario.tick_seconds, scenario.until
-    pending_actions = list(scenario.actions)
+    actions = scenario.actions  # in (tick, file order): parse_scenario sorts them
+    applied = 0
     t = 0
     while True:
         world.changed = False
         world.advance(t)
-        due = [a for a in pending_actions if a.tick <= t]
-        pending_actions = pending_actions[len(due):]
-        apply_actions(world, due, t)
+        first = applied
+        while applied < len(actions) and actions[applied].tick <= t:
+            applied += 1
+        apply_actions(world, list(actions[first:applied]), t)
         before = world.snapshot(t)
         result, after_cycle = world.cycle(t, before)
         if observer is not None:
             observer(before, result, world.snapshot(t))
         world.advance(t)  # starts with no delay become RUNNING at t
         meter.record(world, t, largest_idle_fit(after_cycle))
-        next_t = _next_tick(world, pending_actions, t, tick)
+        upcoming = actions[applied:applied + 1]
+        next_t = t + tick if every_tick else _next_tick(world, upcoming, t, tick)
         if next_t is None or next_t > until:
             break
         t = next_t
@@ -65,7 +78,7 @@ def simulate(scenario: Scenario, observer: TickObserver | None = None) -> dict[s
     }
 
 
-def _next_tick(world: World, pending: list[Any], t: int, tick: int) -> int | None:
+def _next_tick(world: World, pending: Sequence[Any], t: int, tick: int) -> int | None:
     """The next tick at which anything is due: idle stretches are skipped."""
     candidates = []
     if world.changed:

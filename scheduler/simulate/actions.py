@@ -78,8 +78,7 @@ def submit(world: World, spec: JobSpec, t: int) -> None:
         world.emit(t, SubmitRejected(reason), spec.name, spec.quota_share)
         return
     job = SimJob(spec, len(world.jobs) + 1, t, spec.priority, spec.keep_alive_seconds)
-    world.jobs[spec.name] = job
-    world.live[spec.name] = job
+    world.admit(job)
     world.emit_job(t, Submitted(), job)
 
 

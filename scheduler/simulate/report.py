@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,20 +21,15 @@ def held_figures(world: World) -> dict[tuple[str, str], dict[str, int]]:
     """The accounting figures, as things stand, for every share on each unit in its limits
     and on each unit it holds instances of.  A unit no longer listed has L = 0: what is
     held there is borrowed and counts in the metrics, though it gets no usage row."""
-    used: dict[tuple[str, str], int] = defaultdict(int)
-    warm: dict[tuple[str, str], int] = defaultdict(int)
-    queued: dict[tuple[str, str], int] = defaultdict(int)
-    for job in world.live.values():
-        key = (job.spec.quota_share, job.spec.instance_type)
-        if job.status.active:
-            used[key] += job.spec.instance_count
-        elif job.status.queued:
-            queued[key] += job.spec.instance_count
+    used = Counter(world.held_by_jobs)  # kept by the world as jobs move: no pass over jobs
+    warm: Counter[tuple[str, str]] = Counter()
+    queued = world.queued
     for pool in world.pools.values():
         key = (pool.quota_share, pool.instance_type)
         used[key] += pool.instance_count
         warm[key] += pool.instance_count
-    units = set(world.capacity) | {u for s in world.shares.values() for u in s.units()}
+    listed = {name: share.units() for name, share in world.shares.items()}
+    units = set(world.capacity).union(*listed.values())
     figures: dict[tuple[str, str], dict[str, int]] = {}
     for unit in sorted(units):
         capacity = world.capacity[unit].max_capacity if unit in world.capacity else 0
@@ -44,8 +39,8 @@ def held_figures(world: World) -> dict[tuple[str, str], dict[str, int]]:
         }
         unowned = quota.unowned(capacity, (limit for _, limit, _ in standing.values()))
         lent = quota.lent(unowned, standing)
-        for name, share in world.shares.items():
-            if unit not in share.units() and not used[name, unit]:
+        for name in world.shares:
+            if unit not in listed[name] and not used[name, unit]:
                 continue
             u, limit, _ = standing[name]
             figures[name, unit] = {
@@ -73,11 +68,20 @@ def largest_idle_fit(state: CycleState) -> int:
     in their grace period or misconfigured are not counted (`state.blocked`, `state.done`)."""
     largest = 0
     tried: set[tuple[str, str, int, str | None]] = set()
+    # Without a pool to reuse, a job fits only if its unit has that many free instances
+    # (UnitLedger.fits): a share without pools is passed over once `largest` reaches the
+    # most free on any unit, which in a busy world, where nothing is free, is at once.
+    free = {unit: ledger.free for unit, ledger in state.ledgers().items()}
+    most_free = max(free.values(), default=0)
     for share, queue in state.queues.items():
         has_pools = bool(state.pools[share])
+        if not has_pools and largest >= most_free:
+            continue
         for job in queue:
             count = job.instance_count
-            if count <= largest or job.id in state.done or job.id in state.blocked:
+            if count <= largest or (not has_pools and count > free.get(job.instance_type, 0)):
+                continue
+            if job.id in state.done or job.id in state.blocked:
                 continue
             pool = state.matching_pool(job) if has_pools else None
             key = (share, job.instance_type, count, pool.id if pool else None)

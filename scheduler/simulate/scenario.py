@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -172,7 +173,7 @@ def parse_share(r: Reader) -> QuotaShare:
 
 
 def parse_match(r: Reader) -> WarmPoolMatch:
-    return WarmPoolMatch(
+    return _canonical(WarmPoolMatch(
         role=r.string("role", ""),
         volume_size_gb=r.integer("volume_size_gb", 0, low=0),
         volume_kms_key_id=r.string("volume_kms_key_id", ""),
@@ -182,7 +183,15 @@ def parse_match(r: Reader) -> WarmPoolMatch:
         enable_inter_container_traffic_encryption=r.boolean(
             "enable_inter_container_traffic_encryption", False
         ),
-    )
+    ))
+
+
+@functools.lru_cache(maxsize=1024)
+def _canonical(match: WarmPoolMatch) -> WarmPoolMatch:
+    """The first of equal matches: a cycle compares the matches of neighbouring queued jobs
+    every time (its runs of alike jobs), and one shared object compares by identity at once
+    instead of field by field."""
+    return match
 
 
 def parse_job(r: Reader) -> JobSpec:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections import Counter
 from typing import Any
 
 from ..cycle import schedule_with_state
@@ -69,6 +70,10 @@ class World:
         self.pool_seq = 0
         self.lost_work = 0.0
         self.changed = False  # whether anything happened that a cycle could act on
+        # Instances held by active jobs, and requested by queued ones, per (share, unit):
+        # kept as jobs move, so that the usage figures of a tick cost nothing per job.
+        self.held_by_jobs: Counter[tuple[str, str]] = Counter()
+        self.queued: Counter[tuple[str, str]] = Counter()
 
     # Events and timers ------------------------------------------------------------------
 
@@ -87,6 +92,41 @@ class World:
 
     def next_timer(self) -> int | None:
         return self.timers[0][0] if self.timers else None
+
+    # Job status ---------------------------------------------------------------------
+
+    def admit(self, job: SimJob) -> None:
+        """A submitted job joins the world (SUBMITTED: queued)."""
+        self.jobs[job.name] = job
+        self.live[job.name] = job
+        self.queued[job.spec.quota_share, job.spec.instance_type] += job.spec.instance_count
+
+    def recount(self) -> None:
+        """Count the held and queued instances again from the live jobs: for code that
+        puts jobs into `jobs` and `live`, or sets their status, without admit() and move()
+        (a world built from a live snapshot, say)."""
+        self.held_by_jobs, self.queued = Counter(), Counter()
+        for job in self.live.values():
+            key, count = (job.spec.quota_share, job.spec.instance_type), job.spec.instance_count
+            if job.status.active:
+                self.held_by_jobs[key] += count
+            elif job.status.queued:
+                self.queued[key] += count
+
+    def move(self, job: SimJob, status: JobStatus) -> None:
+        """Change the job's status, keeping the held and queued counts."""
+        old = job.status
+        if old.active is not status.active or old.queued is not status.queued:
+            key, count = (job.spec.quota_share, job.spec.instance_type), job.spec.instance_count
+            if old.active:
+                self.held_by_jobs[key] -= count
+            elif old.queued:
+                self.queued[key] -= count
+            if status.active:
+                self.held_by_jobs[key] += count
+            elif status.queued:
+                self.queued[key] += count
+        job.status = status
 
     # The lifecycle phase ---------------------------------------------------------------
 
@@ -115,13 +155,13 @@ class World:
                 self.finish(job, time)
 
     def start(self, job: SimJob, t: int) -> None:
-        job.status = JobStatus.STARTING
+        self.move(job, JobStatus.STARTING)
         job.touch()
         delay = start_delay(self.capacity[job.spec.instance_type], job.current.warm_start)
         self.at(t + delay, RUNNING, job.sequence, job, job.current.number)
 
     def run(self, job: SimJob, t: int) -> None:
-        job.status = JobStatus.RUNNING
+        self.move(job, JobStatus.RUNNING)
         job.current.started_at = t
         job.touch()
         self.emit_job(t, Running(), job)
@@ -213,7 +253,7 @@ class World:
         if effect.failed_count is not None:
             job.progress = 0  # a retry starts from zero
         grace = math.ceil(effect.not_before) if effect.not_before is not None else t
-        job.status = JobStatus.RUNNABLE
+        self.move(job, JobStatus.RUNNABLE)
         job.instances = ()
         job.not_before = grace if grace > t else None
         job.touch()
@@ -221,7 +261,7 @@ class World:
             self.at(grace, WAKE, job.sequence, job, 0)
 
     def close(self, job: SimJob, status: JobStatus, reason: str | None) -> None:
-        job.status = status
+        self.move(job, status)
         job.status_reason = reason
         job.pending = None
         job.instances = ()
@@ -232,7 +272,8 @@ class World:
         attempt = Attempt(len(job.attempts) + 1, t, int(decision.starting_at),
                           decision.borrowed_instances, decision.warm_start)
         job.attempts.append(attempt)
-        job.status, job.pending, job.not_before = JobStatus.SCHEDULED, None, None
+        self.move(job, JobStatus.SCHEDULED)
+        job.pending, job.not_before = None, None
         job.instances = decision.instances
         if job.first_dispatched_at is None:
             job.first_dispatched_at = t
@@ -293,7 +334,9 @@ class World:
             now=t,
             capacity=tuple(self.capacity.values()),
             shares=tuple(self.shares.values()),
-            jobs=tuple(job.as_engine_job() for job in self.live.values()),
+            # The cached frozen view, without a call, for the many jobs that did not change.
+            jobs=tuple([job.frozen if job.frozen is not None else job.as_engine_job()
+                        for job in self.live.values()]),
             warm_pools=tuple(pool.as_engine_pool() for pool in self.pools.values()),
             policy=self.policy,
         )
@@ -304,7 +347,8 @@ class World:
         for decision in result.decisions:
             if isinstance(decision, SetPendingReason):
                 job = self.jobs[decision.job_id]
-                job.status, job.pending = JobStatus.RUNNABLE, decision.reason
+                self.move(job, JobStatus.RUNNABLE)
+                job.pending = decision.reason
                 job.touch()
                 continue
             self.changed = True
