@@ -42,6 +42,23 @@ def test_members_are_refused(world: Any, client_for: Callable[[Any], Any]) -> No
     assert client_for(world.users["member"]).post("/what-if", form()).status_code == 403
 
 
+def test_a_bearer_token_or_a_forged_form_does_not_run_the_page(world: Any) -> None:
+    """The page is for a signed-in session: an administrator's bearer token is sent to
+    the sign-in page, and a session's post without its CSRF token is refused."""
+    from django.test import Client
+
+    from quotaweb.models import ApiToken
+
+    raw = ApiToken.issue(world.users["admin"])[1]
+    bearer = Client()
+    for response in (bearer.get("/what-if", HTTP_AUTHORIZATION=f"Bearer {raw}"),
+                     bearer.post("/what-if", form(), HTTP_AUTHORIZATION=f"Bearer {raw}")):
+        assert response.status_code == 302 and "/accounts/login/" in response["Location"]
+    forged = Client(enforce_csrf_checks=True)
+    forged.force_login(world.users["admin"])
+    assert forged.post("/what-if", form()).status_code == 403
+
+
 def test_a_run_shows_both_configurations_side_by_side(
         world: Any, client_for: Callable[[Any], Any]) -> None:
     admin = client_for(world.users["admin"])
