@@ -14,7 +14,7 @@ import copy
 import math
 import time
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -111,32 +111,33 @@ def changed_configuration(document: Mapping[str, Any],
     (Σ limits ≤ capacity, borrow_limit only with LEND_AND_BORROW)."""
     changed = copy.deepcopy(dict(document))
     problems: dict[str, list[str]] = defaultdict(list)
-    units = {unit["capacity_unit"]: unit for unit in changed["capacity"]}
-    for index, change in enumerate(capacity):
-        unknown = sorted(set(change) - CAPACITY_CHANGES)
-        unit = units.get(change.get("capacity_unit"))  # type: ignore[arg-type]
-        if unknown:
-            problems["capacity"].append(f"capacity[{index}]: unknown fields {unknown}.")
-        elif unit is None:
-            problems["capacity"].append(f"capacity[{index}]: no capacity unit "
-                                        f"{change.get('capacity_unit')!r} is configured.")
-        else:
-            unit.update(change)
-    shares = {share["name"]: share for share in changed["quota_shares"]}
-    for index, change in enumerate(quota_shares):
-        unknown = sorted(set(change) - SHARE_CHANGES)
-        share = shares.get(change.get("name"))  # type: ignore[arg-type]
-        if unknown:
-            problems["quota_shares"].append(f"quota_shares[{index}]: unknown fields {unknown}.")
-        elif share is None:
-            problems["quota_shares"].append(f"quota_shares[{index}]: no quota share "
-                                            f"{change.get('name')!r} is configured.")
-        else:
-            _change_share(share, change)
+    _apply_changes(problems, "capacity", "capacity unit", capacity, CAPACITY_CHANGES,
+                   {unit["capacity_unit"]: unit for unit in changed["capacity"]},
+                   "capacity_unit", lambda unit, change: unit.update(change))
+    _apply_changes(problems, "quota_shares", "quota share", quota_shares, SHARE_CHANGES,
+                   {share["name"]: share for share in changed["quota_shares"]},
+                   "name", _change_share)
     if problems:
         raise ValidationFailed(problems, "The changed configuration names what does not "
                                          "exist; nothing was run.")
     return changed
+
+
+def _apply_changes(problems: dict[str, list[str]], field: str, label: str,
+                   changes: Sequence[Mapping[str, Any]], allowed: Set[str],
+                   targets: dict[str, dict[str, Any]], key: str,
+                   apply: Callable[[dict[str, Any], Mapping[str, Any]], None]) -> None:
+    """Apply each change to the target its `key` names, or note why it cannot be."""
+    for index, change in enumerate(changes):
+        unknown = sorted(set(change) - allowed)
+        target = targets.get(change.get(key))  # type: ignore[arg-type]
+        if unknown:
+            problems[field].append(f"{field}[{index}]: unknown fields {unknown}.")
+        elif target is None:
+            problems[field].append(f"{field}[{index}]: no {label} {change.get(key)!r} "
+                                   "is configured.")
+        else:
+            apply(target, change)
 
 
 def _change_share(share: dict[str, Any], change: Mapping[str, Any]) -> None:
