@@ -220,6 +220,22 @@ class Shell:
         ]
 
 
+def live_run(document: dict[str, Any], settings: Any, monkeypatch: pytest.MonkeyPatch
+             ) -> Shell:
+    """The scenario through the live shell, on its settings, with the shell's clock."""
+    settings.QUOTAWEB = {
+        **settings.QUOTAWEB,
+        "PREEMPTION_GRACE_SECONDS": document["settings"]["preemption_grace_seconds"],
+        "WARM_POOL_MAX_LIFETIME_SECONDS":
+            document["settings"]["warm_pool_max_lifetime_seconds"],
+    }
+    shell = Shell(document, timezone.now().replace(microsecond=0))
+    monkeypatch.setattr(timezone, "now", shell.clock)
+    shell.configure()
+    shell.run()
+    return shell
+
+
 def simulated(document: dict[str, Any]) -> dict[str, Any]:
     output = run_scenario(document)
     for job in output["jobs"]:
@@ -241,16 +257,7 @@ def test_the_shell_and_the_simulator_agree(seed: int, settings: Any,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
     document = random_scenario(seed)
     expected = simulated(document)
-    settings.QUOTAWEB = {
-        **settings.QUOTAWEB,
-        "PREEMPTION_GRACE_SECONDS": document["settings"]["preemption_grace_seconds"],
-        "WARM_POOL_MAX_LIFETIME_SECONDS":
-            document["settings"]["warm_pool_max_lifetime_seconds"],
-    }
-    shell = Shell(document, timezone.now().replace(microsecond=0))
-    monkeypatch.setattr(timezone, "now", shell.clock)
-    shell.configure()
-    shell.run()
+    shell = live_run(document, settings, monkeypatch)
 
     assert shell.jobs() == expected["jobs"]
     assert in_time_order(shell.events()) == in_time_order(expected["events"])

@@ -20,28 +20,19 @@ from quotaweb.services.recorded_history import MAX_PERIOD
 from quotaweb.services.what_if import what_if
 from scheduler.simulate import run_scenario
 
-from .test_shell_agrees_with_simulator import UNTIL, Shell, in_time_order, random_scenario
+from .test_shell_agrees_with_simulator import (
+    UNTIL,
+    Shell,
+    in_time_order,
+    live_run,
+    random_scenario,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 # Between them: preemptions of both kinds, priority changes, terminations, keep-alive changes.
 SEEDS = (1, 6)
 UNIT = "ml.g5.xlarge"
-
-
-def live_run(document: dict[str, Any], settings: Any, monkeypatch: pytest.MonkeyPatch
-             ) -> Shell:
-    settings.QUOTAWEB = {
-        **settings.QUOTAWEB,
-        "PREEMPTION_GRACE_SECONDS": document["settings"]["preemption_grace_seconds"],
-        "WARM_POOL_MAX_LIFETIME_SECONDS":
-            document["settings"]["warm_pool_max_lifetime_seconds"],
-    }
-    shell = Shell(document, timezone.now().replace(microsecond=0))
-    monkeypatch.setattr(timezone, "now", shell.clock)
-    shell.configure()
-    shell.run()
-    return shell
 
 
 def replayed_jobs(output: dict[str, Any], shell: Shell) -> list[dict[str, Any]]:
