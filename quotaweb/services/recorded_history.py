@@ -28,6 +28,7 @@ from django.conf import settings
 from django.db.models import Q
 
 from scheduler.events import EventType
+from scheduler.lifecycle import Outcome
 
 from ..models import Attempt, CapacityUnit, Event, Job, QuotaShare
 from .configuration import SHARE_DELETED_REASON
@@ -159,7 +160,7 @@ def _work(job: Job, history: RecordedHistory) -> int:
     runtimes = [(a.outcome, (a.stopped_at - a.started_at).total_seconds())
                 for a in job.attempts.all()  # prefetched: one query for every job
                 if a.started_at is not None and a.stopped_at is not None]
-    succeeded = [seconds for outcome, seconds in runtimes if outcome == "SUCCEEDED"]
+    succeeded = [seconds for outcome, seconds in runtimes if outcome == Outcome.SUCCEEDED]
     if succeeded:
         return max(1, math.ceil(succeeded[-1]))
     if runtimes:

@@ -8,6 +8,8 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
+from scheduler.events import EventType
+
 from .figures import Figure, timeline_figure
 from .usage_data import share_colours
 
@@ -29,7 +31,7 @@ def replay_timeline(document: Mapping[str, Any], output: Mapping[str, Any],
                 "quota_share": event["quota_share"], "capacity_unit": units[event["job"]],
                 "kind": event["details"]["kind"], "job_name": event["job"],
                 "preempted_by_name": event["details"]["preempted_by"]}
-               for event in output["events"] if event["type"] == "PREEMPTED"]
+               for event in output["events"] if event["type"] == EventType.PREEMPTED]
     return timeline_figure(
         rows, samples, markers, colours=share_colours(),  # the dashboard's colours
         now=end, window_seconds=max(1, int((end - start).total_seconds())),
