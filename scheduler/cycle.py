@@ -14,7 +14,9 @@ Then every queued job gets its pending reason and position.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Sequence
 
+from .backlog import Backlog
 from .decisions import (
     CycleResult,
     Decision,
@@ -26,13 +28,13 @@ from .decisions import (
     TraceStep,
     Withdraw,
 )
-from .model import Job, Snapshot, WarmPool
+from .model import Job, Policy, Snapshot, WarmPool
 from .ordering import borrow_fifo_key, in_quota_pick_key, in_share_head_key
 from .pending import pending_decisions
 from .plans import in_quota_plan, in_share_victims
 from .quiet_rounds import skip_quiet_rounds
 from .state import CycleState
-from .validation import validate_snapshot
+from .validation import validate_configuration, validate_holdings, validate_snapshot
 from .victims import Holding
 
 
@@ -44,21 +46,42 @@ def schedule(snapshot: Snapshot) -> CycleResult:
 def schedule_with_state(snapshot: Snapshot) -> tuple[CycleResult, CycleState]:
     """`schedule`, also returning the working state as things stand after the cycle (the
     simulator measures what still fits from it)."""
-    cycle = _run(snapshot)
+    validate_snapshot(snapshot)
+    return _decide(CycleState.of(snapshot))
+
+
+def resume(
+    now: float,
+    policy: Policy,
+    holding: Sequence[Job],
+    warm_pools: Sequence[WarmPool],
+    backlog: Backlog,
+) -> tuple[CycleResult, CycleState]:
+    """`schedule_with_state` for a caller that keeps its waiting jobs in a Backlog from one
+    cycle to the next (the simulator, the forecast): the same cycle, from the jobs that
+    hold instances, the Available pools and the backlog, which it reads and leaves as it
+    was.  Its decisions are those `schedule` makes of the same jobs as one snapshot."""
+    validate_configuration(tuple(backlog.capacity.values()), tuple(backlog.shares.values()))
+    validate_holdings(backlog.shares, holding, warm_pools, backlog.jobs)
+    return _decide(CycleState(now, policy, holding, warm_pools, backlog))
+
+
+def _decide(state: CycleState) -> tuple[CycleResult, CycleState]:
+    cycle = _run(state)
     decisions = cycle.decisions() + pending_decisions(cycle.state)
-    return CycleResult(snapshot.now, tuple(decisions)), cycle.state
+    return CycleResult(state.now, tuple(decisions)), cycle.state
 
 
 def trace(snapshot: Snapshot) -> tuple[TraceStep, ...]:
     """Every step of the cycle as it was taken, placements that a later step withdrew and
     the withdrawals included (Withdraw); pending reasons left out.  For tests and for
     explaining a cycle: the decisions are these steps without the withdrawn placements."""
-    return tuple(_run(snapshot).trace)
-
-
-def _run(snapshot: Snapshot) -> _Cycle:
     validate_snapshot(snapshot)
-    cycle = _Cycle(CycleState(snapshot))
+    return tuple(_run(CycleState.of(snapshot)).trace)
+
+
+def _run(state: CycleState) -> _Cycle:
+    cycle = _Cycle(state)
     cycle.housekeeping()
     cycle.place_until_stable()
     return cycle

@@ -192,7 +192,7 @@ class _Forecast:
         while True:
             world.changed = False
             step = self.advance(t)
-            result, _ = world.cycle(t, world.snapshot(t))
+            result, _ = world.cycle(t)
             self.record(t, step, result.decisions)
             world.advance(t)  # starts with no delay become RUNNING at t
             if len(self.placed) == len(self.waiting):

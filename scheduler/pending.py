@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from typing import TYPE_CHECKING
 
 from .decisions import PendingReason, SetPendingReason
-from .model import Job, JobStatus
+from .model import Job
 from .ordering import queue_key
 from .quota import max_holdable
 
@@ -37,45 +38,67 @@ def pending_reason(state: CycleState, job: Job) -> PendingReason:
     return PendingReason.WAITING_FOR_CAPACITY
 
 
-def waiting_jobs(state: CycleState) -> dict[str, list[Job]]:
-    """Each share's jobs still waiting after the cycle, in the share's order.
+def pending_decisions(state: CycleState) -> list[SetPendingReason]:
+    """A SetPendingReason, with its position, for every waiting job whose reason changed,
+    and for every job that is not RUNNABLE yet (SUBMITTED, or just preempted).
 
     A job preempted in this cycle waits again at its old place, unless that preemption
-    used up its preemption retries (it then fails and no longer waits).
-    """
-    waiting: dict[str, list[Job]] = {}
+    used up its preemption retries (it then fails and no longer waits).  The reason
+    depends only on the share, unit, size and reusable pool, so it is found once per group
+    of alike jobs, and only the jobs that stand on another reason are visited: a cycle
+    costs nothing per waiting job whose reason holds (Backlog.standing)."""
     returning: dict[str, list[Job]] = {}
     for job in state.preempted:
         if job.preemptions_left is None or job.preemptions_left > 0:
             returning.setdefault(job.quota_share, []).append(job)
-    placed = state.placed
-    for name, queue in state.queues.items():
-        jobs = [job for job in queue if job.id not in placed] if placed else queue
-        if name in returning:
-            jobs = sorted(jobs + returning[name], key=queue_key)
-        waiting[name] = jobs
-    return waiting
-
-
-def pending_decisions(state: CycleState) -> list[SetPendingReason]:
-    """A SetPendingReason (with its current position) for every waiting job whose reason
-    changed, and for every job that is not RUNNABLE yet (SUBMITTED, or just preempted)."""
-    decisions: list[SetPendingReason] = []
-    # The reason depends only on the share, unit, size and reusable pool: compute it once.
     reasons: dict[tuple[str, str, int, str | None], tuple[PendingReason, str]] = {}
-    runnable = JobStatus.RUNNABLE
-    for share, jobs in waiting_jobs(state).items():
-        has_pools = bool(state.pools[share])
-        for position, job in enumerate(jobs, start=1):
-            pool = state.matching_pool(job) if has_pools else None
-            key = (share, job.instance_type, job.instance_count,
-                   pool.id if pool is not None else None)
-            known = reasons.get(key)
-            if known is None:
-                reason = pending_reason(state, job)
-                known = reasons[key] = (reason, reason.value)
-            # Positions shift with every dispatch; readers derive them from the order, so
-            # only a new reason (or a job not yet RUNNABLE) is worth a write.
-            if job.pending_code != known[1] or job.status is not runnable:
-                decisions.append(SetPendingReason(job.id, known[0], position))
+
+    def reason_of(job: Job) -> tuple[PendingReason, str]:
+        pool = state.matching_pool(job) if state.pools[job.quota_share] else None
+        key = (job.quota_share, job.instance_type, job.instance_count,
+               pool.id if pool is not None else None)
+        known = reasons.get(key)
+        if known is None:
+            reason = pending_reason(state, job)
+            known = reasons[key] = (reason, reason.value)
+        return known
+
+    decisions: list[SetPendingReason] = []
+    placed = state.placed
+    for share in state.share_names:
+        changed: list[tuple[Job, PendingReason]] = []
+        for standings in state.backlog.standing[share].values():
+            first = next(iter(next(iter(standings.values())).values()))
+            reason, code = reason_of(first)
+            for standing, members in standings.items():
+                if standing != code:
+                    changed += [(job, reason) for job in members.values() if job.id not in placed]
+        back = sorted(returning.get(share, ()), key=queue_key)
+        changed += [(job, reason_of(job)[0]) for job in back]
+        if changed:
+            positions = _positions(state, share, [job for job, _ in changed], back)
+            changed.sort(key=lambda item: positions[item[0].id])
+            decisions += [SetPendingReason(job.id, reason, positions[job.id])
+                          for job, reason in changed]
     return decisions
+
+
+def _positions(state: CycleState, share: str, jobs: list[Job], back: list[Job]) -> dict[str, int]:
+    """Each job's position among the share's waiting jobs (from 1): its queue less the jobs
+    placed in this cycle, with the returning preempted jobs `back` at their places."""
+    backlog = state.backlog
+    queue = backlog.queues[share]
+    placed_at = sorted(backlog.position_before(backlog.jobs[job_id])
+                       for job_id in state.placed if backlog.jobs[job_id].quota_share == share)
+    back_keys = [queue_key(job) for job in back]
+    # Many jobs: one pass over the queue beats a search for each.
+    ahead = {job.id: index for index, job in enumerate(queue)} if len(jobs) > 64 else {}
+    positions = {}
+    for job in jobs:
+        key = queue_key(job)
+        before = ahead.get(job.id)
+        if before is None:
+            before = bisect_left(queue, key, key=queue_key)
+        positions[job.id] = (1 + before - bisect_left(placed_at, before)
+                             + bisect_left(back_keys, key))
+    return positions

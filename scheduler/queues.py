@@ -5,11 +5,9 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right, insort
 from collections.abc import Iterator
-from operator import attrgetter
 
+from .backlog import Backlog
 from .model import Job
-
-_alike = attrgetter("instance_type", "instance_count", "priority", "match")
 
 Run = tuple[int, int, Job | None]  # start, jobs that may still be placed from there, first
 
@@ -23,7 +21,7 @@ class ShareQueues:
     done: set[str]  # placed, withdrawn or preempted in this cycle
     blocked: set[str]  # may not be placed at all in this cycle
     _done_at: dict[str, list[int]]
-    _run_starts: dict[str, list[int]]
+    backlog: Backlog
     _upcoming: dict[str, tuple[tuple[int, int], list[Run]]]
     _heads: dict[str, Job | None]
 
@@ -99,9 +97,7 @@ class ShareQueues:
         """From `index` on, each run's start and how many of its jobs from there may still
         be placed in this cycle (0 for a blocked run)."""
         queue = self.queues[share]
-        starts = self._run_starts.get(share)
-        if starts is None:
-            starts = self._run_starts[share] = self._runs(queue)
+        starts = self.backlog.run_starts(share, self.blocked)
         done_at, blocked = self._done_at[share], self.blocked
         for run in range(bisect_right(starts, index) - 1, len(starts)):
             end = starts[run + 1] if run + 1 < len(starts) else len(queue)
@@ -123,20 +119,6 @@ class ShareQueues:
             if past == end:
                 return end
             end = past
-
-    def _runs(self, queue: list[Job]) -> list[int]:
-        """Where each run of alike jobs starts (see upcoming_runs); a blocked job is a run
-        of its own."""
-        keys = list(map(_alike, queue))
-        starts = {0} if queue else set()
-        starts.update(i for i in range(1, len(keys)) if keys[i] != keys[i - 1])
-        if self.blocked:
-            blocked = self.blocked
-            for index, job in enumerate(queue):
-                if job.id in blocked:
-                    starts.update((index, index + 1))
-        starts.discard(len(queue))
-        return sorted(starts)
 
     def _done_between(self, share: str, start: int, end: int) -> int:
         done_at = self._done_at[share]

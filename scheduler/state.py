@@ -7,80 +7,78 @@ from __future__ import annotations
 
 import heapq
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import replace
-from operator import attrgetter
 
-from .model import Job, JobStatus, QuotaShare, Snapshot, WarmPool
+from .backlog import Backlog
+from .model import Job, JobStatus, Policy, QuotaShare, Snapshot, WarmPool
 from .ordering import eviction_key, pool_reuse_key
 from .queues import Run, ShareQueues
-from .quota import ShareAccount, UnitLedger, borrow_cap, max_holdable
+from .quota import ShareAccount, UnitLedger, borrow_cap
 from .victims import Holding
-
-_by_sequence = attrgetter("sequence", "id")
-_by_priority = attrgetter("priority")
 
 
 class CycleState(ShareQueues):
     """Who holds what, and the ledgers, over the share queues of ShareQueues."""
 
-    def __init__(self, snapshot: Snapshot) -> None:
-        self.now = snapshot.now
-        self.policy = snapshot.policy
-        self.capacity = {unit.name: unit for unit in snapshot.capacity}
-        self.shares: dict[str, QuotaShare] = {share.name: share for share in snapshot.shares}
+    def __init__(
+        self,
+        now: float,
+        policy: Policy,
+        holding: Iterable[Job],
+        warm_pools: Iterable[WarmPool],
+        backlog: Backlog,
+    ) -> None:
+        """The state of a cycle at `now`: `holding` are the active jobs, `backlog` the
+        waiting ones (read, never changed)."""
+        self.now = now
+        self.policy = policy
+        self.backlog = backlog
+        self.capacity = dict(backlog.capacity)
+        self.shares: dict[str, QuotaShare] = dict(backlog.shares)
         self.share_names = sorted(self.shares)
-        self.any_in_share_preemption = any(s.in_share_preemption for s in snapshot.shares)
-        self.queues: dict[str, list[Job]] = {name: [] for name in self.share_names}
+        self.any_in_share_preemption = any(s.in_share_preemption for s in self.shares.values())
+        self.queues: dict[str, list[Job]] = backlog.queues
         self.active: dict[str, dict[str, Job]] = defaultdict(dict)
         self.pools: dict[str, dict[str, WarmPool]] = {name: {} for name in self.share_names}
         self.cursor = dict.fromkeys(self.share_names, 0)
         self.done: set[str] = set()  # placed, withdrawn or preempted in this cycle
-        self.blocked: set[str] = set()  # may not be placed at all in this cycle
+        self.blocked: set[str] = backlog.blocked(now)  # may not be placed at all now
         self.placed: dict[str, tuple[int, ...]] = {}
         self.reused: dict[str, WarmPool] = {}  # placed in this cycle on a pool: the pool
         self.preempted: list[Job] = []
         self._ledgers: dict[str, UnitLedger] = {}
         self._free: dict[str, list[int]] = {}
-        self._most: dict[tuple[str, str], int | None] = {}
         self._done_at: dict[str, list[int]] = {name: [] for name in self.share_names}
         self._version = 0  # bumped whenever who holds what changes
         self._borrowers_holdings: dict[str, tuple[int, list[Holding]]] = {}
-        self._run_starts: dict[str, list[int]] = {}
         self._upcoming: dict[str, tuple[tuple[int, int], list[Run]]] = {}
         self._heads: dict[str, Job | None] = {}  # see head()
-        self._load(snapshot)
+        self._load(holding, warm_pools)
+
+    @classmethod
+    def of(cls, snapshot: Snapshot) -> CycleState:
+        """The state of a cycle from a whole snapshot (already validated)."""
+        holding = [job for job in snapshot.jobs if job.status.active]
+        waiting = [job for job in snapshot.jobs if job.status.queued]
+        backlog = Backlog.of(snapshot.capacity, snapshot.shares, waiting)
+        return cls(snapshot.now, snapshot.policy, holding, snapshot.warm_pools, backlog)
 
     # Building ---------------------------------------------------------------------------
 
-    def _load(self, snapshot: Snapshot) -> None:
+    def _load(self, holding: Iterable[Job], warm_pools: Iterable[WarmPool]) -> None:
         held: dict[str, set[int]] = defaultdict(set)
         used: dict[tuple[str, str], int] = defaultdict(int)
-        configured: dict[tuple[str, str, int], bool] = {}
-        now = self.now
-        for job in snapshot.jobs:
-            status = job.status
-            if status is JobStatus.RUNNABLE or status is JobStatus.SUBMITTED:
-                self.queues[job.quota_share].append(job)
-                key = (job.quota_share, job.instance_type, job.instance_count)
-                placeable = configured.get(key)
-                if placeable is None:
-                    placeable = configured[key] = self._configured_to_fit(job)
-                if not placeable or (job.not_before is not None and job.not_before > now):
-                    self.blocked.add(job.id)
-            elif status.active:
-                self.active[job.instance_type][job.id] = job
-                used[job.instance_type, job.quota_share] += job.instance_count
-                held[job.instance_type].update(job.instances)
-        for pool in snapshot.warm_pools:
+        for job in holding:
+            self.active[job.instance_type][job.id] = job
+            used[job.instance_type, job.quota_share] += job.instance_count
+            held[job.instance_type].update(job.instances)
+        for pool in warm_pools:
             self.pools[pool.quota_share][pool.id] = pool
             used[pool.instance_type, pool.quota_share] += pool.instance_count
             held[pool.instance_type].update(pool.instances)
-        for queue in self.queues.values():
-            # queue_key order, by two stable C-level sorts (sequences are unique).
-            queue.sort(key=_by_sequence)
-            queue.sort(key=_by_priority, reverse=True)
         units = set(self.capacity) | {unit for unit, _ in used}
-        units |= {unit for share in snapshot.shares for unit in share.units()}
+        units |= {unit for share in self.shares.values() for unit in share.units()}
         for unit in units:
             capacity = self.capacity[unit].max_capacity if unit in self.capacity else 0
             accounts = {
@@ -96,23 +94,6 @@ class CycleState(ShareQueues):
             free = [n for n in range(capacity) if n not in held[unit]]
             heapq.heapify(free)
             self._free[unit] = free
-
-    def _configured_to_fit(self, job: Job) -> bool:
-        """False for a job that no placement can ever serve as configured: a
-        misconfiguration (docs/semantics.md 4, reasons 1–2).  Such a job, and one still in its
-        preemption grace period, is passed over for the whole cycle."""
-        unit = self.capacity.get(job.instance_type)
-        if unit is None or job.instance_count > unit.max_capacity:
-            return False
-        most = self._holdable(job.quota_share, job.instance_type)
-        return most is None or job.instance_count <= most
-
-    def _holdable(self, share_name: str, unit: str) -> int | None:
-        key = (share_name, unit)
-        if key not in self._most:
-            share = self.shares[share_name]
-            self._most[key] = max_holdable(share.limit(unit), share.strategy, share.borrow_limit)
-        return self._most[key]
 
     # Lookups ----------------------------------------------------------------------------
 

@@ -55,9 +55,10 @@ def simulate(
         while applied < len(actions) and actions[applied].tick <= t:
             applied += 1
         apply_actions(world, list(actions[first:applied]), t)
-        before = world.snapshot(t)
-        result, after_cycle = world.cycle(t, before)
+        before = world.snapshot(t) if observer is not None else None
+        result, after_cycle = world.cycle(t)
         if observer is not None:
+            assert before is not None
             observer(before, result, world.snapshot(t))
         world.advance(t)  # starts with no delay become RUNNING at t
         meter.record(world, t, largest_idle_fit(after_cycle))

@@ -90,6 +90,7 @@ class SimJob:
     segment: Segment | None = None  # its own segment of a warm pool
     first_dispatched_at: int | None = None
     frozen: Job | None = None
+    changed: set[str] | None = None  # where touch() records the job's name (World.changed_jobs)
 
     @property
     def name(self) -> str:
@@ -100,7 +101,10 @@ class SimJob:
         return self.attempts[-1]
 
     def touch(self) -> None:
+        """The job changed: its frozen view is stale, and the world's backlog must hear."""
         self.frozen = None
+        if self.changed is not None:
+            self.changed.add(self.spec.name)
 
     def as_engine_job(self) -> Job:
         """The frozen view a cycle sees, cached until the job changes."""

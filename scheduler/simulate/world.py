@@ -9,7 +9,8 @@ import math
 from collections import Counter
 from typing import Any
 
-from ..cycle import schedule_with_state
+from ..backlog import Backlog, check_queued
+from ..cycle import resume
 from ..decisions import (
     CycleResult,
     Dispatch,
@@ -74,6 +75,11 @@ class World:
         # kept as jobs move, so that the usage figures of a tick cost nothing per job.
         self.held_by_jobs: Counter[tuple[str, str]] = Counter()
         self.queued: Counter[tuple[str, str]] = Counter()
+        # The engine's view, kept between cycles: the jobs that hold instances, and the
+        # waiting ones in a Backlog that hears of each job touched since the last cycle.
+        self.holding: dict[str, SimJob] = {}
+        self.backlog: Backlog | None = None  # built at the first cycle
+        self.changed_jobs: set[str] = set()
 
     # Events and timers ------------------------------------------------------------------
 
@@ -100,16 +106,21 @@ class World:
         self.jobs[job.name] = job
         self.live[job.name] = job
         self.queued[job.spec.quota_share, job.spec.instance_type] += job.spec.instance_count
+        job.changed = self.changed_jobs
+        job.touch()
 
     def recount(self) -> None:
         """Count the held and queued instances again from the live jobs: for code that
         puts jobs into `jobs` and `live`, or sets their status, without admit() and move()
-        (a world built from a live snapshot, say)."""
+        (a world built from a live snapshot, say).  The backlog is built again too."""
         self.held_by_jobs, self.queued = Counter(), Counter()
+        self.holding, self.backlog = {}, None
         for job in self.live.values():
+            job.changed = self.changed_jobs
             key, count = (job.spec.quota_share, job.spec.instance_type), job.spec.instance_count
             if job.status.active:
                 self.held_by_jobs[key] += count
+                self.holding[job.name] = job
             elif job.status.queued:
                 self.queued[key] += count
 
@@ -120,10 +131,12 @@ class World:
             key, count = (job.spec.quota_share, job.spec.instance_type), job.spec.instance_count
             if old.active:
                 self.held_by_jobs[key] -= count
+                del self.holding[job.name]
             elif old.queued:
                 self.queued[key] -= count
             if status.active:
                 self.held_by_jobs[key] += count
+                self.holding[job.name] = job
             elif status.queued:
                 self.queued[key] += count
         job.status = status
@@ -330,19 +343,45 @@ class World:
     # A cycle ---------------------------------------------------------------------------
 
     def snapshot(self, t: int) -> Snapshot:
+        """The world as one snapshot (for observers: the cycle reads the backlog)."""
         return Snapshot(
             now=t,
             capacity=tuple(self.capacity.values()),
             shares=tuple(self.shares.values()),
-            # The cached frozen view, without a call, for the many jobs that did not change.
-            jobs=tuple([job.frozen if job.frozen is not None else job.as_engine_job()
-                        for job in self.live.values()]),
+            jobs=tuple([job.as_engine_job() for job in self.live.values()]),
             warm_pools=tuple(pool.as_engine_pool() for pool in self.pools.values()),
             policy=self.policy,
         )
 
-    def cycle(self, t: int, snapshot: Snapshot) -> tuple[CycleResult, CycleState]:
-        result, state = schedule_with_state(snapshot)
+    def synced_backlog(self) -> Backlog:
+        """The backlog, told of every job touched since the last cycle (and of a new
+        configuration): a job waiting now is filed again as it now is, one that stopped
+        waiting is dropped."""
+        capacity, shares = tuple(self.capacity.values()), tuple(self.shares.values())
+        backlog = self.backlog
+        if backlog is None:
+            waiting = [job.as_engine_job() for job in self.live.values() if job.status.queued]
+            for job in waiting:
+                check_queued(job, self.shares)
+            backlog = self.backlog = Backlog.of(capacity, shares, waiting)
+        else:
+            for name in self.changed_jobs:
+                backlog.discard(name)
+            if (tuple(backlog.capacity.values()) != capacity
+                    or tuple(backlog.shares.values()) != shares):
+                backlog.configure(capacity, shares)  # after a deleted share's jobs left
+            for name in self.changed_jobs:
+                changed = self.jobs[name]
+                if changed.status.queued:
+                    backlog.add(changed.as_engine_job())
+        self.changed_jobs.clear()
+        return backlog
+
+    def cycle(self, t: int) -> tuple[CycleResult, CycleState]:
+        backlog = self.synced_backlog()
+        holding = [job.as_engine_job() for job in self.holding.values()]
+        pools = [pool.as_engine_pool() for pool in self.pools.values()]
+        result, state = resume(t, self.policy, holding, pools, backlog)
         lifetime = self.policy.warm_pool_max_lifetime_seconds
         for decision in result.decisions:
             if isinstance(decision, SetPendingReason):

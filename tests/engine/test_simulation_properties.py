@@ -20,7 +20,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scheduler.cycle import trace
+from scheduler.cycle import schedule, trace
 from scheduler.decisions import CycleResult, Dispatch, Preempt, Withdraw
 from scheduler.model import CapacityUnit, Job, JobStatus, QuotaShare, Snapshot, Strategy
 from scheduler.simulate import parse_scenario, run_scenario, simulate
@@ -171,15 +171,21 @@ def worsening_problems(unit: str, before: UnitAccount, after: UnitAccount) -> li
 
 @dataclass
 class InvariantObserver:
-    """Checks every cycle; strict invariants only before `disrupted_at`."""
+    """Checks every cycle; strict invariants only before `disrupted_at`.  Also checks that
+    the cycle the simulator ran over the backlog it keeps between cycles decided exactly
+    what a cycle of the same jobs as one fresh snapshot decides."""
 
     disrupted_at: int | None
     problems: list[str] = field(default_factory=list)
     cycles: int = 0
 
-    def __call__(self, before: Snapshot, _result: CycleResult, after: Snapshot) -> None:
+    def __call__(self, before: Snapshot, result: CycleResult, after: Snapshot) -> None:
         self.cycles += 1
         now = int(after.now)
+        fresh = schedule(before)
+        if fresh != result:
+            self.problems.append(f"t={now}: the kept backlog decided {result.decisions}, "
+                                 f"a fresh snapshot {fresh.decisions}")
         strict = self.disrupted_at is None or now < self.disrupted_at
         accounts_before = accounts(before)
         for unit, account in accounts(after).items():
@@ -714,3 +720,12 @@ def test_the_event_checker_flags_impossible_sequences() -> None:
         "j: {'reason': 'PREEMPTION_RETRIES_EXHAUSTED'} at 5 without a PREEMPTED",
         "j: FAILED at 5 while running",
     ]
+
+
+def test_the_checker_flags_a_cycle_that_a_fresh_snapshot_decides_otherwise() -> None:
+    waiting = Job("w", "R", 0, 1, "u0", 1, JobStatus.RUNNABLE)
+    snapshot = two_share_snapshot(waiting)
+    observer = InvariantObserver(None)
+    observer(snapshot, CycleResult(snapshot.now, ()), snapshot)
+    assert len(observer.problems) == 1
+    assert observer.problems[0].startswith("t=0: the kept backlog decided (),")

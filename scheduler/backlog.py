@@ -1,0 +1,208 @@
+"""The waiting jobs, kept between cycles: each share's queue in order, which jobs are
+passed over, where the runs of alike jobs start, and who stands on which pending reason.
+
+A cycle reads the backlog and never changes it.  The live shell builds one from each
+snapshot (`Backlog.of`); the simulator and the forecast keep one for their whole run and
+tell it what changed (`add`, `discard`), so that a cycle over a deep queue costs time in
+proportion to what changed, not to the number of waiting jobs (docs/architecture.md,
+The engine).  Both then run the very same cycle over it.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from collections.abc import Container, Iterable, Mapping
+from operator import attrgetter
+
+from .errors import InconsistentSnapshot
+from .model import CapacityUnit, Job, JobStatus, QuotaShare, WarmPoolMatch
+from .ordering import queue_key
+from .quota import max_holdable
+from .validation import check_job
+
+_alike = attrgetter("instance_type", "instance_count", "priority", "match")
+
+# The jobs alike for their pending reason: unit, size and what a warm pool must match.
+Group = tuple[str, int, WarmPoolMatch]
+
+
+class Backlog:
+    """The queued (SUBMITTED or RUNNABLE) jobs of every share."""
+
+    def __init__(self, capacity: Iterable[CapacityUnit], shares: Iterable[QuotaShare]) -> None:
+        self.jobs: dict[str, Job] = {}
+        self.queues: dict[str, list[Job]] = {}  # each share's, in queue_key order
+        # Per share and group, the jobs by their standing: the pending code they carry,
+        # or None for one that is not RUNNABLE yet (it gets a reason whatever it is).
+        self.standing: dict[str, dict[Group, dict[str | None, dict[str, Job]]]] = {}
+        self.misconfigured: dict[str, set[str]] = {}  # per share: may never be placed
+        self.in_grace: dict[str, set[str]] = {}  # per share: ids with a not_before
+        self._version: dict[str, int] = {}
+        self._runs: dict[str, tuple[tuple[int, frozenset[str]], list[int]]] = {}
+        self.capacity: Mapping[str, CapacityUnit] = {}
+        self.shares: Mapping[str, QuotaShare] = {}
+        self._configured: dict[tuple[str, str, int], bool] = {}
+        self.configure(capacity, shares)
+
+    @classmethod
+    def of(
+        cls, capacity: Iterable[CapacityUnit], shares: Iterable[QuotaShare], jobs: Iterable[Job]
+    ) -> Backlog:
+        """A backlog of `jobs`, queued ones already checked (validate_snapshot)."""
+        backlog = cls(capacity, shares)
+        for job in jobs:
+            backlog._file(job)
+        for queue in backlog.queues.values():
+            # queue_key order, by two stable C-level sorts (sequences are unique).
+            queue.sort(key=_by_sequence)
+            queue.sort(key=_by_priority, reverse=True)
+        return backlog
+
+    # Configuration ----------------------------------------------------------------------
+
+    def configure(self, capacity: Iterable[CapacityUnit], shares: Iterable[QuotaShare]) -> None:
+        """Take a new configuration: which jobs no placement can serve is decided again."""
+        self.capacity = {unit.name: unit for unit in capacity}
+        self.shares = {share.name: share for share in shares}
+        self._configured = {}
+        for name in [name for name in self.queues if name not in self.shares]:
+            if self.queues[name]:
+                job = self.queues[name][0]
+                raise InconsistentSnapshot(
+                    f"job {job.id} belongs to unknown quota share {job.quota_share}")
+            for table in (self.queues, self.standing, self.misconfigured, self.in_grace,
+                          self._version, self._runs):
+                table.pop(name, None)
+        for name in self.shares:
+            self.queues.setdefault(name, [])
+            self.standing.setdefault(name, {})
+            self.misconfigured.setdefault(name, set())
+            self.in_grace.setdefault(name, set())
+            self._version.setdefault(name, 0)
+        for share, queue in self.queues.items():
+            self.misconfigured[share] = {job.id for job in queue if not self._fits(job)}
+            self._version[share] += 1
+
+    def _fits(self, job: Job) -> bool:
+        """False for a job that no placement can ever serve as configured: a
+        misconfiguration (docs/semantics.md 4, reasons 1–2).  Such a job, and one still in
+        its preemption grace period, is passed over for the whole cycle."""
+        key = (job.quota_share, job.instance_type, job.instance_count)
+        known = self._configured.get(key)
+        if known is None:
+            unit = self.capacity.get(job.instance_type)
+            share = self.shares.get(job.quota_share)
+            if unit is None or share is None or job.instance_count > unit.max_capacity:
+                known = False
+            else:
+                limit = share.limit(job.instance_type)
+                most = max_holdable(limit, share.strategy, share.borrow_limit)
+                known = most is None or job.instance_count <= most
+            self._configured[key] = known
+        return known
+
+    # Changes ----------------------------------------------------------------------------
+
+    def add(self, job: Job) -> None:
+        """A job starts (or goes on) waiting: checked, then put at its place in its queue."""
+        check_queued(job, self.shares)
+        if job.id in self.jobs:
+            raise InconsistentSnapshot(f"job {job.id} appears twice")
+        self._file(job)
+        queue = self.queues[job.quota_share]
+        queue.pop()  # _file appended it: put it at its place instead
+        insort(queue, job, key=queue_key)
+
+    def discard(self, job_id: str) -> Job | None:
+        """A job stops waiting (placed, ended, or about to be added again as it now is)."""
+        job = self.jobs.pop(job_id, None)
+        if job is None:
+            return None
+        share = job.quota_share
+        queue = self.queues[share]
+        index = bisect_left(queue, queue_key(job), key=queue_key)
+        del queue[index]
+        self._version[share] += 1
+        groups = self.standing[share]
+        group = _group(job)
+        standings = groups[group]
+        members = standings[_standing(job)]
+        del members[job.id]
+        if not members:
+            del standings[_standing(job)]
+            if not standings:
+                del groups[group]
+        self.misconfigured[share].discard(job.id)
+        self.in_grace[share].discard(job.id)
+        return job
+
+    def _file(self, job: Job) -> None:
+        """Record the job everywhere but at its place in the queue: appended there."""
+        share = job.quota_share
+        self.jobs[job.id] = job
+        self.queues[share].append(job)
+        self._version[share] += 1
+        standings = self.standing[share].setdefault(_group(job), {})
+        standings.setdefault(_standing(job), {})[job.id] = job
+        if not self._fits(job):
+            self.misconfigured[share].add(job.id)
+        if job.not_before is not None:
+            self.in_grace[share].add(job.id)
+
+    # What a cycle reads -----------------------------------------------------------------
+
+    def blocked(self, now: float) -> set[str]:
+        """The jobs a cycle at `now` passes over: misconfigured, or in their grace period."""
+        blocked: set[str] = set()
+        jobs = self.jobs
+        for share, ids in self.misconfigured.items():
+            blocked |= ids
+            blocked.update(i for i in self.in_grace[share] if jobs[i].not_before > now)  # type: ignore[operator]
+        return blocked
+
+    def run_starts(self, share: str, blocked: set[str]) -> list[int]:
+        """Where each run of alike jobs starts in the share's queue (unit, size, priority,
+        match); a blocked job is a run of its own.  Kept until the queue or its blocked
+        jobs change: most cycles change few shares' queues."""
+        queue = self.queues[share]
+        mine = frozenset(
+            i for i in (*self.misconfigured[share], *self.in_grace[share]) if i in blocked
+        )
+        key = (self._version[share], mine)
+        cached = self._runs.get(share)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        keys = list(map(_alike, queue))
+        starts = {0} if queue else set()
+        starts.update(i for i in range(1, len(keys)) if keys[i] != keys[i - 1])
+        if mine:
+            for index, job in enumerate(queue):
+                if job.id in mine:
+                    starts.update((index, index + 1))
+        starts.discard(len(queue))
+        runs = sorted(starts)
+        self._runs[share] = (key, runs)
+        return runs
+
+    def position_before(self, job: Job) -> int:
+        """How many of the share's queued jobs come before `job` (queued or not)."""
+        return bisect_left(self.queues[job.quota_share], queue_key(job), key=queue_key)
+
+
+def check_queued(job: Job, shares: Container[str]) -> None:
+    """The checks validate_snapshot makes of a waiting job."""
+    check_job(job, shares)
+    if not job.status.queued:
+        raise InconsistentSnapshot(f"job {job.id} is {job.status.value}, not waiting")
+
+
+def _group(job: Job) -> Group:
+    return (job.instance_type, job.instance_count, job.match)
+
+
+def _standing(job: Job) -> str | None:
+    return job.pending_code if job.status is JobStatus.RUNNABLE else None
+
+
+_by_sequence = attrgetter("sequence", "id")
+_by_priority = attrgetter("priority")
