@@ -18,7 +18,7 @@ from .errors import InconsistentSnapshot
 from .model import CapacityUnit, Job, JobStatus, QuotaShare, WarmPoolMatch
 from .ordering import queue_key
 from .quota import max_holdable
-from .validation import check_job
+from .validation import check_job, validate_configuration
 
 _alike = attrgetter("instance_type", "instance_count", "priority", "match")
 
@@ -41,6 +41,7 @@ class Backlog:
         self._runs: dict[str, tuple[tuple[int, frozenset[str]], list[int]]] = {}
         self.capacity: Mapping[str, CapacityUnit] = {}
         self.shares: Mapping[str, QuotaShare] = {}
+        self.units: frozenset[str] = frozenset()
         self._configured: dict[tuple[str, str, int], bool] = {}
         self.configure(capacity, shares)
 
@@ -62,17 +63,25 @@ class Backlog:
 
     def configure(self, capacity: Iterable[CapacityUnit], shares: Iterable[QuotaShare]) -> None:
         """Take a new configuration: which jobs no placement can serve is decided again."""
-        self.capacity = {unit.name: unit for unit in capacity}
-        self.shares = {share.name: share for share in shares}
-        self._configured = {}
-        for name in [name for name in self.queues if name not in self.shares]:
+        capacity, shares = tuple(capacity), tuple(shares)
+        validate_configuration(capacity, shares)
+        names = {share.name for share in shares}
+        gone = [name for name in self.queues if name not in names]
+        for name in gone:
             if self.queues[name]:
                 job = self.queues[name][0]
                 raise InconsistentSnapshot(
                     f"job {job.id} belongs to unknown quota share {job.quota_share}")
+        # Checked: from here on nothing can fail.
+        for name in gone:
             for table in (self.queues, self.standing, self.misconfigured, self.in_grace,
                           self._version, self._runs):
                 table.pop(name, None)
+        self.capacity = {unit.name: unit for unit in capacity}
+        self.shares = {share.name: share for share in shares}
+        # Every unit a ledger is kept for, but those only held on (a unit since removed).
+        self.units = frozenset(self.capacity).union(*(share.units() for share in shares))
+        self._configured = {}
         for name in self.shares:
             self.queues.setdefault(name, [])
             self.standing.setdefault(name, {})

@@ -28,13 +28,14 @@ from .decisions import (
     TraceStep,
     Withdraw,
 )
+from .holdings import Holdings
 from .model import Job, Policy, Snapshot, WarmPool
 from .ordering import borrow_fifo_key, in_quota_pick_key, in_share_head_key
 from .pending import pending_decisions
 from .plans import in_quota_plan, in_share_victims
 from .quiet_rounds import skip_quiet_rounds
 from .state import CycleState
-from .validation import validate_configuration, validate_holdings, validate_snapshot
+from .validation import validate_pools, validate_snapshot
 from .victims import Holding
 
 
@@ -53,17 +54,18 @@ def schedule_with_state(snapshot: Snapshot) -> tuple[CycleResult, CycleState]:
 def resume(
     now: float,
     policy: Policy,
-    holding: Sequence[Job],
+    holdings: Holdings,
     warm_pools: Sequence[WarmPool],
     backlog: Backlog,
 ) -> tuple[CycleResult, CycleState]:
-    """`schedule_with_state` for a caller that keeps its waiting jobs in a Backlog from one
-    cycle to the next (the simulator, the forecast): the same cycle, from the jobs that
-    hold instances, the Available pools and the backlog, which it reads and leaves as it
-    was.  Its decisions are those `schedule` makes of the same jobs as one snapshot."""
-    validate_configuration(tuple(backlog.capacity.values()), tuple(backlog.shares.values()))
-    validate_holdings(backlog.shares, holding, warm_pools, backlog.jobs)
-    return _decide(CycleState(now, policy, holding, warm_pools, backlog))
+    """`schedule_with_state` for a caller that keeps its jobs in Holdings and a Backlog
+    from one cycle to the next (the simulator, the forecast): the same cycle, from the jobs
+    that hold instances, the Available pools and the waiting jobs, which it reads and
+    leaves as they were.  Its decisions are those `schedule` makes of the same jobs as one
+    snapshot."""
+    holdings.check_shares(backlog.shares)
+    validate_pools(warm_pools, backlog.shares, holdings.held)
+    return _decide(CycleState(now, policy, holdings, warm_pools, backlog))
 
 
 def _decide(state: CycleState) -> tuple[CycleResult, CycleState]:

@@ -6,11 +6,12 @@
 from __future__ import annotations
 
 import heapq
-from collections import defaultdict
-from collections.abc import Iterable
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
 from .backlog import Backlog
+from .holdings import Holdings
 from .model import Job, JobStatus, Policy, QuotaShare, Snapshot, WarmPool
 from .ordering import eviction_key, pool_reuse_key
 from .queues import Run, ShareQueues
@@ -25,12 +26,12 @@ class CycleState(ShareQueues):
         self,
         now: float,
         policy: Policy,
-        holding: Iterable[Job],
+        holdings: Holdings,
         warm_pools: Iterable[WarmPool],
         backlog: Backlog,
     ) -> None:
-        """The state of a cycle at `now`: `holding` are the active jobs, `backlog` the
-        waiting ones (read, never changed)."""
+        """The state of a cycle at `now`: `holdings` are the active jobs, `backlog` the
+        waiting ones (both read, never changed)."""
         self.now = now
         self.policy = policy
         self.backlog = backlog
@@ -48,37 +49,37 @@ class CycleState(ShareQueues):
         self.reused: dict[str, WarmPool] = {}  # placed in this cycle on a pool: the pool
         self.preempted: list[Job] = []
         self._ledgers: dict[str, UnitLedger] = {}
-        self._free: dict[str, list[int]] = {}
+        self._free: dict[str, list[int]] = {}  # see _free_on
+        self._pooled: dict[str, set[int]] = defaultdict(set)
+        self._held_by_jobs: Mapping[str, Mapping[int, str]] = {}
         self._done_at: dict[str, list[int]] = {name: [] for name in self.share_names}
         self._version = 0  # bumped whenever who holds what changes
         self._borrowers_holdings: dict[str, tuple[int, list[Holding]]] = {}
         self._upcoming: dict[str, tuple[tuple[int, int], list[Run]]] = {}
         self._heads: dict[str, Job | None] = {}  # see head()
-        self._load(holding, warm_pools)
+        self._load(holdings, warm_pools)
 
     @classmethod
     def of(cls, snapshot: Snapshot) -> CycleState:
         """The state of a cycle from a whole snapshot (already validated)."""
-        holding = [job for job in snapshot.jobs if job.status.active]
+        holdings = Holdings.of(job for job in snapshot.jobs if job.status.active)
         waiting = [job for job in snapshot.jobs if job.status.queued]
         backlog = Backlog.of(snapshot.capacity, snapshot.shares, waiting)
-        return cls(snapshot.now, snapshot.policy, holding, snapshot.warm_pools, backlog)
+        return cls(snapshot.now, snapshot.policy, holdings, snapshot.warm_pools, backlog)
 
     # Building ---------------------------------------------------------------------------
 
-    def _load(self, holding: Iterable[Job], warm_pools: Iterable[WarmPool]) -> None:
-        held: dict[str, set[int]] = defaultdict(set)
-        used: dict[tuple[str, str], int] = defaultdict(int)
-        for job in holding:
-            self.active[job.instance_type][job.id] = job
-            used[job.instance_type, job.quota_share] += job.instance_count
-            held[job.instance_type].update(job.instances)
+    def _load(self, holdings: Holdings, warm_pools: Iterable[WarmPool]) -> None:
+        self._held_by_jobs = holdings.held
+        for unit, jobs in holdings.by_unit.items():
+            if jobs:
+                self.active[unit] = dict(jobs)  # the cycle changes its own copy
+        used = Counter(holdings.used)
         for pool in warm_pools:
             self.pools[pool.quota_share][pool.id] = pool
             used[pool.instance_type, pool.quota_share] += pool.instance_count
-            held[pool.instance_type].update(pool.instances)
-        units = set(self.capacity) | {unit for unit, _ in used}
-        units |= {unit for share in self.shares.values() for unit in share.units()}
+            self._pooled[pool.instance_type].update(pool.instances)
+        units = self.backlog.units | {unit for (unit, _), count in used.items() if count}
         for unit in units:
             capacity = self.capacity[unit].max_capacity if unit in self.capacity else 0
             accounts = {
@@ -91,9 +92,18 @@ class CycleState(ShareQueues):
                 for name, share in self.shares.items()
             }
             self._ledgers[unit] = UnitLedger(capacity, accounts)
-            free = [n for n in range(capacity) if n not in held[unit]]
-            heapq.heapify(free)
-            self._free[unit] = free
+
+    def _free_on(self, unit: str) -> list[int]:
+        """The unit's free instance numbers as a heap, found when first needed: most cycles
+        place nothing on most units."""
+        free = self._free.get(unit)
+        if free is None:
+            capacity = self.capacity[unit].max_capacity if unit in self.capacity else 0
+            held, pooled = self._held_by_jobs.get(unit, {}), self._pooled.get(unit, set())
+            free = self._free[unit] = [
+                n for n in range(capacity) if n not in held and n not in pooled
+            ]  # ascending: a heap already
+        return free
 
     # Lookups ----------------------------------------------------------------------------
 
@@ -264,7 +274,7 @@ class CycleState(ShareQueues):
 
     def _take(self, unit: str, count: int) -> tuple[int, ...]:
         """The lowest-numbered free instances (docs/semantics.md 1)."""
-        free = self._free[unit]
+        free = self._free_on(unit)
         taken = [heapq.heappop(free) for _ in range(min(count, len(free)))]
         # Only when capacity shrank below what is held: number past the end, for display.
         next_number = max(taken, default=self.capacity[unit].max_capacity - 1) + 1
@@ -277,4 +287,4 @@ class CycleState(ShareQueues):
         capacity = self.capacity[unit].max_capacity if unit in self.capacity else 0
         for number in instances:
             if number < capacity:
-                heapq.heappush(self._free[unit], number)
+                heapq.heappush(self._free_on(unit), number)

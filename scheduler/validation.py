@@ -1,12 +1,20 @@
-"""Consistency checks on a Snapshot before a cycle decides from it."""
+"""Consistency checks on what a cycle decides from.
+
+`validate_snapshot` checks a whole Snapshot.  A caller that keeps a Backlog and Holdings
+between cycles has each job checked as it joins them (check_job, check_holding), the
+configuration when it changes (validate_configuration), and the pools at each cycle
+(validate_pools): the same checks, each made once.
+"""
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Collection, Container, Sequence
+from collections.abc import Container, Mapping, Sequence
 
 from .errors import InconsistentSnapshot
 from .model import CapacityUnit, Job, QuotaShare, Snapshot, WarmPool
+
+Held = Mapping[str, Mapping[int, str]]  # unit: instance number -> who holds it
 
 
 def validate_snapshot(snapshot: Snapshot) -> None:
@@ -21,33 +29,59 @@ def validate_snapshot(snapshot: Snapshot) -> None:
     for job in snapshot.jobs:
         check_job(job, shares)
         if not job.status.queued:
-            _check_holding(job, held)
-    _check_pools(snapshot.warm_pools, shares, held)
-
-
-def validate_holdings(
-    shares: Collection[str], holding: Sequence[Job], warm_pools: Sequence[WarmPool],
-    waiting: Container[str],
-) -> None:
-    """validate_snapshot's checks of what is held, for a cycle whose waiting jobs were
-    checked as they joined its backlog (`waiting`: their ids)."""
-    _unique("job", [job.id for job in holding])
-    _unique("warm pool", [pool.id for pool in warm_pools])
-    held: dict[str, dict[int, str]] = defaultdict(dict)
-    for job in holding:
-        if job.id in waiting:
-            raise InconsistentSnapshot(f"job {job.id} appears twice")
-        check_job(job, shares)
-        if job.status.queued:
-            raise InconsistentSnapshot(f"job {job.id} is {job.status.value}, not holding")
-        _check_holding(job, held)
-    _check_pools(warm_pools, shares, held)
+            unit = held[job.instance_type]
+            check_holding(job, unit)
+            unit.update(dict.fromkeys(job.instances, f"job {job.id}"))
+    validate_pools(snapshot.warm_pools, shares, held)
 
 
 def validate_configuration(capacity: Sequence[CapacityUnit], shares: Sequence[QuotaShare]) -> None:
     _unique("capacity unit", [unit.name for unit in capacity])
     _unique("quota share", [share.name for share in shares])
     _check_figures(capacity, shares)
+
+
+def check_job(job: Job, shares: Container[str]) -> None:
+    """What every live job must be: of a known share, needing at least one instance."""
+    if job.quota_share not in shares:
+        raise InconsistentSnapshot(
+            f"job {job.id} belongs to unknown quota share {job.quota_share}"
+        )
+    if job.instance_count < 1:
+        raise InconsistentSnapshot(f"job {job.id} needs {job.instance_count} instances")
+    if job.status.terminal:
+        raise InconsistentSnapshot(f"job {job.id} is {job.status.value}; only live jobs belong")
+
+
+def check_holding(job: Job, held: Mapping[int, str]) -> None:
+    """What an active job must be: dispatched, on as many instances as it needs, none of
+    them held by another (`held`: its unit's holders so far)."""
+    status = job.status
+    if len(job.instances) != job.instance_count:
+        raise InconsistentSnapshot(
+            f"job {job.id} is {status.value} on {len(job.instances)} instances "
+            f"but needs {job.instance_count}"
+        )
+    if job.dispatched_at is None:
+        raise InconsistentSnapshot(f"job {job.id} is {status.value} with no dispatch time")
+    _check_numbers(job.instances, (held,), f"job {job.id}")
+
+
+def validate_pools(warm_pools: Sequence[WarmPool], shares: Container[str], held: Held) -> None:
+    """The Available pools, against each other and the jobs' instances (`held`)."""
+    _unique("warm pool", [pool.id for pool in warm_pools])
+    pooled: dict[str, dict[int, str]] = defaultdict(dict)
+    for pool in warm_pools:
+        where = f"warm pool {pool.id}"
+        if pool.quota_share not in shares:
+            raise InconsistentSnapshot(f"{where} belongs to unknown quota share {pool.quota_share}")
+        if len(pool.instances) != pool.instance_count:
+            raise InconsistentSnapshot(
+                f"{where} holds {len(pool.instances)} instances but counts {pool.instance_count}"
+            )
+        mine = pooled[pool.instance_type]
+        _check_numbers(pool.instances, (held.get(pool.instance_type, {}), mine), where)
+        mine.update(dict.fromkeys(pool.instances, where))
 
 
 def _check_figures(capacity: Sequence[CapacityUnit], shares: Sequence[QuotaShare]) -> None:
@@ -63,44 +97,6 @@ def _check_figures(capacity: Sequence[CapacityUnit], shares: Sequence[QuotaShare
             raise InconsistentSnapshot(f"quota share {share.name} has a negative limit")
 
 
-def check_job(job: Job, shares: Container[str]) -> None:
-    """What every live job must be: of a known share, needing at least one instance."""
-    if job.quota_share not in shares:
-        raise InconsistentSnapshot(
-            f"job {job.id} belongs to unknown quota share {job.quota_share}"
-        )
-    if job.instance_count < 1:
-        raise InconsistentSnapshot(f"job {job.id} needs {job.instance_count} instances")
-    if job.status.terminal:
-        raise InconsistentSnapshot(f"job {job.id} is {job.status.value}; only live jobs belong")
-
-
-def _check_holding(job: Job, held: dict[str, dict[int, str]]) -> None:
-    status = job.status
-    if len(job.instances) != job.instance_count:
-        raise InconsistentSnapshot(
-            f"job {job.id} is {status.value} on {len(job.instances)} instances "
-            f"but needs {job.instance_count}"
-        )
-    if job.dispatched_at is None:
-        raise InconsistentSnapshot(f"job {job.id} is {status.value} with no dispatch time")
-    _hold(held[job.instance_type], job.instances, f"job {job.id}")
-
-
-def _check_pools(
-    warm_pools: Sequence[WarmPool], shares: Container[str], held: dict[str, dict[int, str]]
-) -> None:
-    for pool in warm_pools:
-        where = f"warm pool {pool.id}"
-        if pool.quota_share not in shares:
-            raise InconsistentSnapshot(f"{where} belongs to unknown quota share {pool.quota_share}")
-        if len(pool.instances) != pool.instance_count:
-            raise InconsistentSnapshot(
-                f"{where} holds {len(pool.instances)} instances but counts {pool.instance_count}"
-            )
-        _hold(held[pool.instance_type], pool.instances, where)
-
-
 def _unique(what: str, names: list[str]) -> None:
     if len(set(names)) == len(names):
         return
@@ -111,12 +107,15 @@ def _unique(what: str, names: list[str]) -> None:
         seen.add(name)
 
 
-def _hold(holders: dict[int, str], instances: tuple[int, ...], where: str) -> None:
+def _check_numbers(
+    instances: tuple[int, ...], holders: Sequence[Mapping[int, str]], where: str
+) -> None:
+    own: dict[int, str] = {}
     for number in instances:
         if number < 0:
             raise InconsistentSnapshot(f"{where} holds negative instance number {number}")
-        if number in holders:
-            raise InconsistentSnapshot(
-                f"{where} and {holders[number]} both hold instance {number}"
-            )
-        holders[number] = where
+        for holding in (*holders, own):
+            holder = holding.get(number)
+            if holder is not None:
+                raise InconsistentSnapshot(f"{where} and {holder} both hold instance {number}")
+        own[number] = where

@@ -7,9 +7,10 @@ from __future__ import annotations
 import heapq
 import math
 from collections import Counter
+from collections.abc import Iterable
 from typing import Any
 
-from ..backlog import Backlog, check_queued
+from ..backlog import Backlog
 from ..cycle import resume
 from ..decisions import (
     CycleResult,
@@ -39,6 +40,7 @@ from ..effects import (
     preempted,
 )
 from ..events import Payload, Running, details
+from ..holdings import Holdings
 from ..lifecycle import (
     Outcome,
     PoolStatus,
@@ -75,10 +77,10 @@ class World:
         # kept as jobs move, so that the usage figures of a tick cost nothing per job.
         self.held_by_jobs: Counter[tuple[str, str]] = Counter()
         self.queued: Counter[tuple[str, str]] = Counter()
-        # The engine's view, kept between cycles: the jobs that hold instances, and the
-        # waiting ones in a Backlog that hears of each job touched since the last cycle.
-        self.holding: dict[str, SimJob] = {}
-        self.backlog: Backlog | None = None  # built at the first cycle
+        # The engine's view, kept between cycles: the jobs that hold instances and the
+        # waiting ones, which hear of each job touched since the last cycle.
+        self.holdings = Holdings()
+        self.backlog: Backlog | None = None  # built at the first cycle, with the holdings
         self.changed_jobs: set[str] = set()
 
     # Events and timers ------------------------------------------------------------------
@@ -114,13 +116,12 @@ class World:
         puts jobs into `jobs` and `live`, or sets their status, without admit() and move()
         (a world built from a live snapshot, say).  The backlog is built again too."""
         self.held_by_jobs, self.queued = Counter(), Counter()
-        self.holding, self.backlog = {}, None
+        self.backlog = None
         for job in self.live.values():
             job.changed = self.changed_jobs
             key, count = (job.spec.quota_share, job.spec.instance_type), job.spec.instance_count
             if job.status.active:
                 self.held_by_jobs[key] += count
-                self.holding[job.name] = job
             elif job.status.queued:
                 self.queued[key] += count
 
@@ -131,12 +132,10 @@ class World:
             key, count = (job.spec.quota_share, job.spec.instance_type), job.spec.instance_count
             if old.active:
                 self.held_by_jobs[key] -= count
-                del self.holding[job.name]
             elif old.queued:
                 self.queued[key] -= count
             if status.active:
                 self.held_by_jobs[key] += count
-                self.holding[job.name] = job
             elif status.queued:
                 self.queued[key] += count
         job.status = status
@@ -354,34 +353,35 @@ class World:
         )
 
     def synced_backlog(self) -> Backlog:
-        """The backlog, told of every job touched since the last cycle (and of a new
-        configuration): a job waiting now is filed again as it now is, one that stopped
-        waiting is dropped."""
+        """The holdings and the backlog, told of every job touched since the last cycle
+        (and of a new configuration): each such job is filed again as it now is."""
         capacity, shares = tuple(self.capacity.values()), tuple(self.shares.values())
-        backlog = self.backlog
+        backlog, holdings = self.backlog, self.holdings
         if backlog is None:
-            waiting = [job.as_engine_job() for job in self.live.values() if job.status.queued]
-            for job in waiting:
-                check_queued(job, self.shares)
-            backlog = self.backlog = Backlog.of(capacity, shares, waiting)
+            backlog = self.backlog = Backlog(capacity, shares)
+            holdings = self.holdings = Holdings()
+            changed: Iterable[str] = self.live
         else:
-            for name in self.changed_jobs:
+            changed = self.changed_jobs
+            for name in changed:
                 backlog.discard(name)
+                holdings.discard(name)
             if (tuple(backlog.capacity.values()) != capacity
                     or tuple(backlog.shares.values()) != shares):
                 backlog.configure(capacity, shares)  # after a deleted share's jobs left
-            for name in self.changed_jobs:
-                changed = self.jobs[name]
-                if changed.status.queued:
-                    backlog.add(changed.as_engine_job())
+        for name in changed:
+            job = self.jobs[name]
+            if job.status.queued:
+                backlog.add(job.as_engine_job())
+            elif job.status.active:
+                holdings.add(job.as_engine_job(), backlog.shares, backlog.jobs)
         self.changed_jobs.clear()
         return backlog
 
     def cycle(self, t: int) -> tuple[CycleResult, CycleState]:
         backlog = self.synced_backlog()
-        holding = [job.as_engine_job() for job in self.holding.values()]
         pools = [pool.as_engine_pool() for pool in self.pools.values()]
-        result, state = resume(t, self.policy, holding, pools, backlog)
+        result, state = resume(t, self.policy, self.holdings, pools, backlog)
         lifetime = self.policy.warm_pool_max_lifetime_seconds
         for decision in result.decisions:
             if isinstance(decision, SetPendingReason):

@@ -1,6 +1,7 @@
-"""The backlog a simulator keeps between cycles (scheduler.backlog): its queues stay in
-queue order as jobs come and go, it refuses what a snapshot's checks refuse, a cycle leaves
-it as it was, and a cycle over it decides what a cycle of one fresh snapshot decides.
+"""The backlog and holdings a simulator keeps between cycles (scheduler.backlog,
+scheduler.holdings): the queues stay in queue order as jobs come and go, both refuse what
+a snapshot's checks refuse, a cycle leaves them as they were, and a cycle over them decides
+what a cycle of one fresh snapshot decides.
 (The last is also checked at every tick of every random scenario, in
 test_simulation_properties.InvariantObserver.)"""
 
@@ -14,7 +15,18 @@ import pytest
 from scheduler import InconsistentSnapshot
 from scheduler.backlog import Backlog
 from scheduler.cycle import resume, schedule
-from scheduler.model import CapacityUnit, Job, JobStatus, Policy, QuotaShare, Snapshot, Strategy
+from scheduler.holdings import Holdings
+from scheduler.model import (
+    CapacityUnit,
+    Job,
+    JobStatus,
+    Policy,
+    QuotaShare,
+    Snapshot,
+    Strategy,
+    WarmPool,
+    WarmPoolMatch,
+)
 from scheduler.ordering import queue_key
 
 CAPACITY = (CapacityUnit("u0", 4),)
@@ -61,8 +73,24 @@ def test_it_refuses_what_a_snapshot_may_not_hold() -> None:
     with pytest.raises(InconsistentSnapshot, match="unknown quota share a"):
         backlog.configure(CAPACITY, SHARES[1:])  # share a still has a waiting job
     with pytest.raises(InconsistentSnapshot, match="job j appears twice"):
-        resume(0, Policy(), [replace(running, id="j", instances=(0,), dispatched_at=0)], [],
-               backlog)
+        Holdings().add(replace(running, id="j", instances=(0,), dispatched_at=0),
+                       backlog.shares, backlog.jobs)
+
+
+def test_holdings_refuse_an_instance_held_twice_and_a_pool_on_a_held_instance() -> None:
+    backlog = Backlog(CAPACITY, SHARES)
+    holdings = Holdings()
+    first = replace(waiting("r1", "a", 0, 1), status=JobStatus.RUNNING, instances=(0,),
+                    dispatched_at=0)
+    holdings.add(first, backlog.shares, backlog.jobs)
+    with pytest.raises(InconsistentSnapshot, match="job r2 and job r1 both hold instance 0"):
+        holdings.add(replace(first, id="r2"), backlog.shares, backlog.jobs)
+    pool = WarmPool("p", "a", "gone", "u0", 1, WarmPoolMatch(), 0, 60, 0, 0, 0, (0,))
+    with pytest.raises(InconsistentSnapshot, match="warm pool p and job r1 both hold"):
+        resume(0, Policy(), holdings, [pool], backlog)
+    holdings.discard("r1")  # gone: the instance is free for the pool
+    resume(0, Policy(), holdings, [pool], backlog)
+    assert holdings.used["u0", "a"] == 0
 
 
 def test_a_new_configuration_decides_again_which_jobs_can_never_fit() -> None:
@@ -81,7 +109,17 @@ def test_a_cycle_leaves_the_backlog_as_it_was_and_decides_as_a_fresh_snapshot() 
     for job in jobs:
         backlog.add(job)
     before = {share: list(queue) for share, queue in backlog.queues.items()}
-    result, _ = resume(0, Policy(), [], [], backlog)
+    result, _ = resume(0, Policy(), Holdings(), [], backlog)
     assert {share: list(queue) for share, queue in backlog.queues.items()} == before
     assert result == schedule(Snapshot(0, CAPACITY, SHARES, tuple(jobs)))
     assert result.decisions  # it placed and gave reasons: the comparison means something
+
+
+def test_a_share_deleted_under_a_holding_job_is_refused_at_the_next_cycle() -> None:
+    backlog = Backlog(CAPACITY, SHARES)
+    holdings = Holdings()
+    holdings.add(replace(waiting("r", "a", 0, 1), status=JobStatus.RUNNING, instances=(0,),
+                         dispatched_at=0), backlog.shares, backlog.jobs)
+    backlog.configure(CAPACITY, SHARES[1:])  # nothing of a's waits: the backlog takes it
+    with pytest.raises(InconsistentSnapshot, match="job r belongs to unknown quota share a"):
+        resume(0, Policy(), holdings, [], backlog)
