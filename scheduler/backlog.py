@@ -122,6 +122,26 @@ class Backlog:
         queue.pop()  # _file appended it: put it at its place instead
         insort(queue, job, key=queue_key)
 
+    def refile(self, job: Job) -> bool:
+        """A waiting job changed but keeps its place and its run (same priority, sequence,
+        unit, size, match; no grace period and no misconfiguration before or after): it is
+        filed again where it stands, and the share's runs stay as they were.  Most changes
+        are of this kind: a new pending reason, SUBMITTED becoming RUNNABLE.  False, and
+        nothing done, for any other change (then `discard` and `add`)."""
+        old = self.jobs.get(job.id)
+        if (old is None or old.not_before is not None or job.not_before is not None
+                or old.quota_share != job.quota_share or queue_key(old) != queue_key(job)
+                or _alike(old) != _alike(job) or job.id in self.misconfigured[job.quota_share]
+                or not self._fits(job)):
+            return False
+        check_queued(job, self.shares)
+        queue = self.queues[job.quota_share]
+        queue[bisect_left(queue, queue_key(job), key=queue_key)] = job
+        self.jobs[job.id] = job
+        self._unstand(old)
+        self._stand(job)
+        return True
+
     def discard(self, job_id: str) -> Job | None:
         """A job stops waiting (placed, ended, or about to be added again as it now is)."""
         job = self.jobs.pop(job_id, None)
@@ -132,15 +152,7 @@ class Backlog:
         index = bisect_left(queue, queue_key(job), key=queue_key)
         del queue[index]
         self._version[share] += 1
-        groups = self.standing[share]
-        group = _group(job)
-        standings = groups[group]
-        members = standings[_standing(job)]
-        del members[job.id]
-        if not members:
-            del standings[_standing(job)]
-            if not standings:
-                del groups[group]
+        self._unstand(job)
         self.misconfigured[share].discard(job.id)
         self.in_grace[share].discard(job.id)
         return job
@@ -151,12 +163,26 @@ class Backlog:
         self.jobs[job.id] = job
         self.queues[share].append(job)
         self._version[share] += 1
-        standings = self.standing[share].setdefault(_group(job), {})
-        standings.setdefault(_standing(job), {})[job.id] = job
+        self._stand(job)
         if not self._fits(job):
             self.misconfigured[share].add(job.id)
         if job.not_before is not None:
             self.in_grace[share].add(job.id)
+
+    def _stand(self, job: Job) -> None:
+        standings = self.standing[job.quota_share].setdefault(_group(job), {})
+        standings.setdefault(_standing(job), {})[job.id] = job
+
+    def _unstand(self, job: Job) -> None:
+        groups = self.standing[job.quota_share]
+        group, standing = _group(job), _standing(job)
+        standings = groups[group]
+        members = standings[standing]
+        del members[job.id]
+        if not members:
+            del standings[standing]
+            if not standings:
+                del groups[group]
 
     # What a cycle reads -----------------------------------------------------------------
 
@@ -169,24 +195,28 @@ class Backlog:
             blocked.update(i for i in self.in_grace[share] if jobs[i].not_before > now)  # type: ignore[operator]
         return blocked
 
-    def run_starts(self, share: str, blocked: set[str]) -> list[int]:
+    def blocked_in(self, share: str, blocked: set[str]) -> frozenset[str]:
+        """The share's jobs among `blocked` (from `blocked(now)`)."""
+        misconfigured, in_grace = self.misconfigured[share], self.in_grace[share]
+        if not misconfigured and not in_grace:
+            return _NONE
+        return frozenset(i for i in (*misconfigured, *in_grace) if i in blocked)
+
+    def run_starts(self, share: str, blocked: frozenset[str]) -> list[int]:
         """Where each run of alike jobs starts in the share's queue (unit, size, priority,
-        match); a blocked job is a run of its own.  Kept until the queue or its blocked
-        jobs change: most cycles change few shares' queues."""
-        queue = self.queues[share]
-        mine = frozenset(
-            i for i in (*self.misconfigured[share], *self.in_grace[share]) if i in blocked
-        )
-        key = (self._version[share], mine)
+        match); each of the share's `blocked` jobs is a run of its own.  Kept until the
+        queue or its blocked jobs change: most cycles change few shares' queues."""
+        key = (self._version[share], blocked)
         cached = self._runs.get(share)
         if cached is not None and cached[0] == key:
             return cached[1]
+        queue = self.queues[share]
         keys = list(map(_alike, queue))
         starts = {0} if queue else set()
         starts.update(i for i in range(1, len(keys)) if keys[i] != keys[i - 1])
-        if mine:
+        if blocked:
             for index, job in enumerate(queue):
-                if job.id in mine:
+                if job.id in blocked:
                     starts.update((index, index + 1))
         starts.discard(len(queue))
         runs = sorted(starts)
@@ -213,5 +243,6 @@ def _standing(job: Job) -> str | None:
     return job.pending_code if job.status is JobStatus.RUNNABLE else None
 
 
+_NONE: frozenset[str] = frozenset()
 _by_sequence = attrgetter("sequence", "id")
 _by_priority = attrgetter("priority")

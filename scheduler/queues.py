@@ -22,6 +22,7 @@ class ShareQueues:
     blocked: set[str]  # may not be placed at all in this cycle
     _done_at: dict[str, list[int]]
     backlog: Backlog
+    _blocked_in: dict[str, frozenset[str]]  # per share, its jobs among `blocked`
     _upcoming: dict[str, tuple[tuple[int, int], list[Run]]]
     _heads: dict[str, Job | None]
 
@@ -97,7 +98,10 @@ class ShareQueues:
         """From `index` on, each run's start and how many of its jobs from there may still
         be placed in this cycle (0 for a blocked run)."""
         queue = self.queues[share]
-        starts = self.backlog.run_starts(share, self.blocked)
+        mine = self._blocked_in.get(share)
+        if mine is None:
+            mine = self._blocked_in[share] = self.backlog.blocked_in(share, self.blocked)
+        starts = self.backlog.run_starts(share, mine)
         done_at, blocked = self._done_at[share], self.blocked
         for run in range(bisect_right(starts, index) - 1, len(starts)):
             end = starts[run + 1] if run + 1 < len(starts) else len(queue)

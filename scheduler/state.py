@@ -45,6 +45,7 @@ class CycleState(ShareQueues):
         self.cursor = dict.fromkeys(self.share_names, 0)
         self.done: set[str] = set()  # placed, withdrawn or preempted in this cycle
         self.blocked: set[str] = backlog.blocked(now)  # may not be placed at all now
+        self._blocked_in: dict[str, frozenset[str]] = {}
         self.placed: dict[str, tuple[int, ...]] = {}
         self.reused: dict[str, WarmPool] = {}  # placed in this cycle on a pool: the pool
         self.preempted: list[Job] = []

@@ -362,10 +362,13 @@ class World:
             holdings = self.holdings = Holdings()
             changed: Iterable[str] = self.live
         else:
-            changed = self.changed_jobs
-            for name in changed:
-                backlog.discard(name)
+            changed = []
+            for name in self.changed_jobs:
                 holdings.discard(name)
+                job = self.jobs[name]
+                if not (job.status.queued and backlog.refile(job.as_engine_job())):
+                    backlog.discard(name)
+                    changed.append(name)
             if (tuple(backlog.capacity.values()) != capacity
                     or tuple(backlog.shares.values()) != shares):
                 backlog.configure(capacity, shares)  # after a deleted share's jobs left

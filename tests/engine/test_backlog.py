@@ -123,3 +123,18 @@ def test_a_share_deleted_under_a_holding_job_is_refused_at_the_next_cycle() -> N
     backlog.configure(CAPACITY, SHARES[1:])  # nothing of a's waits: the backlog takes it
     with pytest.raises(InconsistentSnapshot, match="job r belongs to unknown quota share a"):
         resume(0, Policy(), holdings, [], backlog)
+
+
+def test_a_new_reason_refiles_a_job_in_place_and_anything_else_moves_it() -> None:
+    backlog = Backlog(CAPACITY, SHARES)
+    for n in range(3):
+        backlog.add(waiting(f"j{n}", "a", 0, n))
+    runs = backlog.run_starts("a", frozenset())
+    reason = replace(backlog.jobs["j1"], pending_code="WAITING_FOR_CAPACITY")
+    assert backlog.refile(reason)
+    assert backlog.queues["a"][1] is reason
+    assert backlog.run_starts("a", frozenset()) is runs  # nothing moved: kept
+    assert not backlog.refile(replace(reason, priority=5))  # it would move: refused...
+    assert backlog.queues["a"][1] is reason  # ...and nothing done
+    assert not backlog.refile(replace(reason, not_before=30))
+    assert not backlog.refile(waiting("stranger", "a", 0, 9))
