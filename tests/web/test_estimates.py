@@ -94,6 +94,28 @@ def test_an_estimate_changes_when_new_known_unknown_rebased_or_moved_past_the_th
     assert changed(t, "b", t + moved + timedelta(seconds=1), "b")
 
 
+@cycle_db
+def test_a_failed_push_is_one_log_line_and_the_estimates_are_stored(
+    one_instance: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    from quotaweb.runtime import refresh_estimates_once
+
+    _submit("first", 100)
+    second = _submit("second", 50)
+    assert run_cycle() is not None
+
+    def down(payloads: list[Any]) -> None:
+        raise ConnectionError("channel layer down")
+
+    with caplog.at_level("WARNING"):
+        assert refresh_estimates_once(down) is True
+    [line] = caplog.records
+    assert "not pushed" in line.getMessage() and "channel layer down" in line.getMessage()
+    assert line.exc_info is None
+    second.refresh_from_db()
+    assert second.estimate_basis.startswith("when first ends")
+
+
 @pytest.mark.django_db
 def test_a_command_jobs_runtime_is_the_median_of_its_shares_recent_runs(
         one_instance: Any) -> None:
