@@ -515,9 +515,22 @@ function showEstimate(element, item) {
   }
 }
 
+// The status the page shows beside an estimate: its table row's, or the job page's.
+function shownStatus(element) {
+  const status = element.closest("tr")?.querySelector(".status")
+    || (element.hasAttribute("data-estimate-long") ? document.getElementById("job-status") : null);
+  return status ? status.textContent.trim() : null;
+}
+
+const QUEUED = new Set(["SUBMITTED", "RUNNABLE"]);
+
 function applyEstimates(items) {
   for (const item of items) {
     for (const element of document.querySelectorAll(`[data-estimate="${Number(item.job)}"]`)) {
+      // An estimate read just before the job was placed may arrive after the page showed
+      // it placed (the event's fragment came first): the page keeps what it shows.
+      const status = shownStatus(element);
+      if (item.starts && status && !QUEUED.has(status)) continue;
       showEstimate(element, item);
     }
   }
