@@ -15,12 +15,19 @@ import threading
 import time
 from collections.abc import Callable
 
+from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import close_old_connections, connection
 
 from .executors import local
 from .executors.queues import enqueue_launch
-from .realtime.broadcast import abroadcast_pending, broadcast_pending
+from .realtime.broadcast import (
+    Payload,
+    abroadcast_pending,
+    broadcast_pending,
+    push_estimates,
+    send_payloads,
+)
 from .scheduling import estimates, tick
 from .scheduling.tick import CycleReport
 
@@ -28,6 +35,7 @@ log = logging.getLogger(__name__)
 
 Launcher = Callable[[int], object]
 Broadcaster = Callable[[], object]
+Sender = Callable[[list[Payload]], object]
 
 
 def launch_in_process(attempt_id: int) -> object:
@@ -88,6 +96,22 @@ def broadcast_on_loop(loop: asyncio.AbstractEventLoop, timeout: float = 10.0) ->
         return asyncio.run_coroutine_threadsafe(abroadcast_pending(), loop).result(timeout)
 
     return broadcast
+
+
+def send_on_loop(loop: asyncio.AbstractEventLoop, timeout: float = 10.0) -> Sender:
+    """Send payloads to the websockets on the server's event loop (see broadcast_on_loop):
+    the forecaster's pushes in the embedded mode."""
+
+    def send(payloads: list[Payload]) -> object:
+        if not loop.is_running():
+            return None  # not serving yet, or shutting down: no socket to tell
+        layer = get_channel_layer()
+        if layer is None:
+            raise RuntimeError("no channel layer is configured (settings.CHANNEL_LAYERS)")
+        return asyncio.run_coroutine_threadsafe(send_payloads(layer, payloads),
+                                                loop).result(timeout)
+
+    return send
 
 
 def guarded(broadcast: Broadcaster) -> Broadcaster:
@@ -210,9 +234,12 @@ class Scheduler:
 # Estimated start ----------------------------------------------------------------------
 
 
-def refresh_estimates_once() -> bool:
-    """One refresh of the queued jobs' estimated starts; False when it failed (logged).
-    Never raises: a forecast is advice, and the next one comes a few seconds later."""
+def refresh_estimates_once(send: Sender | None = None) -> bool:
+    """One refresh of the queued jobs' estimated starts, then a push of those it changed
+    to the websockets (through `send`, default: from this thread); False when the refresh
+    failed (logged).  Never raises: a forecast is advice, and the next one comes a few
+    seconds later.  A failed push is one log line: the estimates are stored, and the
+    pages and the API show them all the same."""
     close_old_connections()
     try:
         refresh = estimates.refresh_estimates()
@@ -220,18 +247,27 @@ def refresh_estimates_once() -> bool:
         log.exception("estimated starts not refreshed; trying again shortly")
         connection.close()
         return False
-    log.debug("estimated %d queued jobs in %.0f ms (forecast %.0f ms)", refresh.estimated,
-              refresh.total_ms, refresh.forecast_ms)
+    log.debug("estimated %d queued jobs in %.0f ms (forecast %.0f ms), %d changed",
+              refresh.estimated, refresh.total_ms, refresh.forecast_ms, len(refresh.changed))
+    if refresh.changed:
+        try:
+            push_estimates(refresh.changed, send)
+        except Exception as error:  # noqa: BLE001 - a push is a courtesy; see above
+            log.warning("%d changed estimated starts not pushed to the websockets: %s: %s",
+                        len(refresh.changed), type(error).__name__, error)
     return True
 
 
 class Forecaster:
     """The estimated starts' refresh on a daemon thread of its own, every FORECAST_SECONDS
     (the in-process sibling of the Celery beat entry): never inside the 1 s cycle's thread
-    or transaction, so a long forecast delays no tick.  `start()`, then `stop()`."""
+    or transaction, so a long forecast delays no tick.  The estimates it changed are sent
+    through `send` (send_on_loop in the embedded mode's server; default: from this
+    thread).  `start()`, then `stop()`."""
 
-    def __init__(self, period: float | None = None) -> None:
+    def __init__(self, period: float | None = None, send: Sender | None = None) -> None:
         self._period = period or float(settings.QUOTAWEB["FORECAST_SECONDS"])
+        self._send = send
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -254,6 +290,6 @@ class Forecaster:
         try:
             # The period counts from the end of a refresh: they never overlap.
             while not self._stop.wait(self._period):
-                refresh_estimates_once()
+                refresh_estimates_once(self._send)
         finally:
             connection.close()

@@ -16,22 +16,36 @@ Rules (docs/architecture.md, Shell):
 Several payloads travel in one channel-layer message: a channel holds at most `capacity`
 (100 by default) pending messages and group_send silently drops messages for a full one,
 so a burst of one message per event would lose events for a client that is a little slow.
+
+Estimated starts are not events (nothing is logged, nothing replayed): after each refresh
+(scheduling.estimates) the ones it changed go out once, as one `estimates` payload to the
+same group (push_estimates), read back from the database after the refresh wrote them.
+Every signed-in user may read every job's estimate (docs/api.md, Who may do what; the
+feed's events and the jobs tables show every share's jobs too), so every socket gets them;
+a payload carries the job's id and the estimate's three public fields, nothing else.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from asgiref.sync import async_to_sync, sync_to_async
 from channels.layers import BaseChannelLayer, get_channel_layer
 
-from ..models import SchedulerState
+from ..models import Job, SchedulerState
 from ..read_model.events import event_dict, event_rows
+from ..read_model.jobs import View, job_dict
+from ..read_model.times import iso
 from ..read_model.usage import usage_dict, usage_rows
+from ..web.job_data import estimate
 from .consumers import GROUP
 
 PAYLOADS_PER_MESSAGE = 50
+# A job's estimate is about 250 bytes of JSON: a refresh that changes more than this many
+# (a large queue moving at once) sends them in several payloads of at most this many.
+ESTIMATES_PER_PAYLOAD = 1000
 MAX_BATCHES = 100  # per call, so a steady stream of new events cannot keep one call forever
 
 Payload = dict[str, Any]
@@ -108,9 +122,7 @@ def read_batch(limit: int) -> Batch:
 
 async def send_batch(layer: BaseChannelLayer, batch: Batch) -> None:
     """Send the payloads to the group, in order, several per channel-layer message."""
-    for start in range(0, len(batch.payloads), PAYLOADS_PER_MESSAGE):
-        chunk = batch.payloads[start : start + PAYLOADS_PER_MESSAGE]
-        await layer.group_send(GROUP, {"type": "quotaweb.broadcast", "payloads": chunk})
+    await send_payloads(layer, batch.payloads)
 
 
 def advance(batch: Batch) -> bool:
@@ -120,6 +132,50 @@ def advance(batch: Batch) -> bool:
         id=1, broadcast_cursor=batch.event_cursor, usage_cursor=batch.usage_cursor
     ).update(broadcast_cursor=batch.last_event_id, usage_cursor=batch.last_sample_id)
     return updated == 1
+
+
+def estimate_payloads(job_ids: Iterable[int]) -> list[Payload]:
+    """The `estimates` payloads for these jobs, as they are stored now: for each, what
+    the API's job representation shows (`estimated_start_at`, `estimate_basis`: null for a
+    job no longer queued, and before its first estimate) and `starts`, the words the pages
+    show ("starts in about 4 min", "start unknown", or null: nothing to show).  A job that
+    no longer exists is left out.  One query, whatever the number of jobs."""
+    ids = sorted(set(job_ids))
+    if not ids:
+        return []
+    rows = Job.objects.filter(pk__in=ids).only(
+        "id", "status", "estimated_start_at", "estimate_basis").order_by("id")
+    items = []
+    for job in rows:
+        shown = job_dict(job, View(), ("id", "estimated_start_at", "estimate_basis"))
+        words = estimate(shown["estimated_start_at"], shown["estimate_basis"])
+        items.append({"job": shown["id"], "estimated_start_at": iso(shown["estimated_start_at"]),
+                      "estimate_basis": shown["estimate_basis"],
+                      "starts": words["when"] if words else None})
+    return [{"type": "estimates", "estimates": items[first:first + ESTIMATES_PER_PAYLOAD]}
+            for first in range(0, len(items), ESTIMATES_PER_PAYLOAD)]
+
+
+async def send_payloads(layer: BaseChannelLayer, payloads: list[Payload]) -> None:
+    """Send payloads to the group, several per channel-layer message."""
+    for start in range(0, len(payloads), PAYLOADS_PER_MESSAGE):
+        chunk = payloads[start : start + PAYLOADS_PER_MESSAGE]
+        await layer.group_send(GROUP, {"type": "quotaweb.broadcast", "payloads": chunk})
+
+
+def push_estimates(job_ids: Iterable[int],
+                   send: Callable[[list[Payload]], object] | None = None) -> int:
+    """Send these jobs' estimates, as stored now, to every socket: one channel-layer
+    message (a very large change comes in several payloads).  `send` sends the payloads
+    (default: on this thread, for a channel layer that crosses threads: Redis);
+    returns the number of jobs sent."""
+    payloads = estimate_payloads(job_ids)
+    if payloads:
+        if send is None:
+            async_to_sync(send_payloads)(_layer(), payloads)
+        else:
+            send(payloads)
+    return sum(len(payload["estimates"]) for payload in payloads)
 
 
 def _layer() -> BaseChannelLayer:

@@ -5,6 +5,12 @@ This runs in the background every few seconds (a Celery beat task of its own in 
 distributed mode, a thread beside the cycle's in-process), never inside the 1 s cycle and
 never under its lock: it only reads, then writes two columns of jobs that are still
 queued, so a cycle that placed a job meanwhile wins (its dispatch clears them).
+
+An estimate is rewritten only when it changed: it is new, its basis changed, it became
+known or unknown, or its moment moved by more than MOVE_THRESHOLD_SECONDS from the one
+stored (so a slow drift is written once it adds up past the threshold).  The refresh
+returns the ids of the jobs whose stored estimate changed, written or cleared; the caller
+pushes those to the websockets (realtime.broadcast.push_estimates), after the writes.
 """
 
 from __future__ import annotations
@@ -32,15 +38,21 @@ log = logging.getLogger(__name__)
 # The recent successful runs read for the runtime estimates, newest first, at most.
 RECENT_RUNS_READ = 5000
 WRITE_BATCH = 500
+# An estimate that moved by this much or less is left as stored, neither rewritten nor
+# pushed: the pages say it in whole minutes ("starts in about 4 min"), and a forecast
+# that wobbles by a few seconds every refresh would otherwise be sent to every socket.
+MOVE_THRESHOLD_SECONDS = 30
 
 
 @dataclass(frozen=True)
 class Refresh:
-    """One refresh: how many queued jobs got an estimate (or None), and its cost."""
+    """One refresh: how many queued jobs got an estimate (or None), its cost, and the ids
+    of the jobs whose stored estimate it changed (written or cleared), in id order."""
 
     estimated: int
     forecast_ms: float
     total_ms: float
+    changed: tuple[int, ...] = ()
 
 
 def outlooks(snapshot: Snapshot) -> dict[str, JobOutlook]:
@@ -82,24 +94,36 @@ def recent_runs(keys: set[tuple[int, str]]) -> dict[tuple[int, str], list[float]
 
 
 def refresh_estimates(now: datetime | None = None) -> Refresh:
-    """Forecast from the database's current state and store every queued job's estimate."""
+    """Forecast from the database's current state and store every queued job's estimate
+    that changed."""
     started = time.perf_counter()
     snapshot = load_snapshot(now or timezone.now()).snapshot
     found = outlooks(snapshot)
     planned = time.perf_counter()
     estimates = forecast(snapshot, found)
     forecast_ms = (time.perf_counter() - planned) * 1000
-    store(estimates)
-    return Refresh(len(estimates), forecast_ms, (time.perf_counter() - started) * 1000)
+    changed = store(estimates)
+    return Refresh(len(estimates), forecast_ms, (time.perf_counter() - started) * 1000,
+                   tuple(changed))
 
 
-def store(estimates: dict[str, Estimate]) -> None:
-    """Write the estimates of jobs still queued, in batches; clear any an earlier refresh
-    left on a job that has left the queue since (its dispatch clears them too, but a
-    refresh that read the queue before that dispatch may write after it)."""
+def store(estimates: dict[str, Estimate]) -> list[int]:
+    """Write the estimates of jobs still queued that changed (see `changed`), in batches;
+    clear any an earlier refresh left on a job that has left the queue since (its dispatch
+    clears them too, but a refresh that read the queue before that dispatch may write
+    after it).  Returns the ids of the jobs written or cleared, in id order: two queries
+    per batch at most, and two for the clearing."""
     items = sorted(estimates.items(), key=lambda item: int(item[0]))
+    written: list[int] = []
     for first in range(0, len(items), WRITE_BATCH):
         batch = items[first:first + WRITE_BATCH]
+        stored = {pk: (at, basis) for pk, at, basis in Job.objects.filter(
+            pk__in=[int(job) for job, _ in batch], status__in=QUEUED_STATUSES,
+        ).values_list("id", "estimated_start_at", "estimate_basis")}
+        batch = [(job, e) for job, e in batch
+                 if int(job) in stored and changed(*stored[int(job)], _moment(e), e.basis)]
+        if not batch:
+            continue
         at = Case(*(When(pk=int(job), then=Value(_moment(e))) for job, e in batch),
                   output_field=DateTimeField())
         basis = Case(*(When(pk=int(job), then=Value(e.basis)) for job, e in batch),
@@ -107,13 +131,29 @@ def store(estimates: dict[str, Estimate]) -> None:
         Job.objects.filter(pk__in=[int(job) for job, _ in batch],
                            status__in=QUEUED_STATUSES).update(
             estimated_start_at=at, estimate_basis=basis)
-    clear_left_queue()
+        written += [int(job) for job, _ in batch]
+    cleared = clear_left_queue()
+    return sorted({*written, *cleared})
 
 
-def clear_left_queue() -> int:
-    """Clear the estimates of jobs that are no longer queued."""
-    return (Job.objects.exclude(status__in=QUEUED_STATUSES).exclude(estimate_basis="")
-            .update(estimated_start_at=None, estimate_basis=""))
+def changed(old_at: datetime | None, old_basis: str, at: datetime | None, basis: str) -> bool:
+    """Whether a stored estimate (`old_at`, `old_basis`; "" before the first) differs from
+    a new one enough to be written and pushed: a new basis, a moment that became known or
+    unknown, or one moved by more than MOVE_THRESHOLD_SECONDS."""
+    if old_basis != basis or (old_at is None) != (at is None):
+        return True
+    if old_at is None or at is None:
+        return False
+    return abs((at - old_at).total_seconds()) > MOVE_THRESHOLD_SECONDS
+
+
+def clear_left_queue() -> list[int]:
+    """Clear the estimates of jobs that are no longer queued; returns their ids."""
+    left = Job.objects.exclude(status__in=QUEUED_STATUSES).exclude(estimate_basis="")
+    ids = list(left.values_list("id", flat=True))
+    if ids:
+        left.filter(pk__in=ids).update(estimated_start_at=None, estimate_basis="")
+    return ids
 
 
 def _moment(estimate: Estimate) -> datetime | None:

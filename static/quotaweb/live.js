@@ -10,6 +10,9 @@
 //   data-live-on tokens match them;
 // - "usage" messages update the share cards' figures and append points to the timeline
 //   traces named by their meta (see figures.py), redrawn with Plotly.react;
+// - "estimates" messages (after a background refresh changed some) rewrite the estimated
+//   starts in place: every [data-estimate="<job id>"] element, in the server's own words
+//   (the message carries them: the wording lives in one place, on the server);
 // - a "snapshot" (after a long disconnection) re-synchronises everything.
 // It reconnects with exponential backoff, and drops event and sample ids it already has.
 // Times are shown in the viewer's time zone.
@@ -482,6 +485,57 @@ function applyEvent(event) {
   refreshMatching({ kind: "event", event });
 }
 
+// Estimated starts ---------------------------------------------------------------------
+
+// As the server renders them (templates: partials/job_rows.html, the table cell, and
+// fragments/job_status.html, the job page's line, marked data-estimate-long):
+// "starts in about 4 min" with the basis as its title, or "starts in about 4 min, when
+// … ends (<local time>)"; nothing, and the job page's line hidden, without an estimate.
+function showEstimate(element, item) {
+  element.replaceChildren();
+  const row = element.hasAttribute("data-estimate-long") ? element.parentElement : null;
+  if (row) row.hidden = !item.starts;
+  if (!item.starts) return;
+  if (!row) {
+    const span = document.createElement("span");
+    span.title = item.estimate_basis || "";
+    span.textContent = item.starts;
+    element.append(span);
+    return;
+  }
+  element.append(`${item.starts}, ${item.estimate_basis}`);
+  if (item.estimated_start_at) {
+    const small = document.createElement("small");
+    const time = document.createElement("time");
+    time.dateTime = item.estimated_start_at;
+    time.dataset.local = "";
+    small.append("(", time, ")");
+    element.append(" ", small);
+    localizeTimes(element);
+  }
+}
+
+// The status the page shows beside an estimate: its table row's, or the job page's.
+function shownStatus(element) {
+  const status = element.closest("tr")?.querySelector(".status")
+    || (element.hasAttribute("data-estimate-long") ? document.getElementById("job-status") : null);
+  return status ? status.textContent.trim() : null;
+}
+
+const QUEUED = new Set(["SUBMITTED", "RUNNABLE"]);
+
+function applyEstimates(items) {
+  for (const item of items) {
+    for (const element of document.querySelectorAll(`[data-estimate="${Number(item.job)}"]`)) {
+      // An estimate read just before the job was placed may arrive after the page showed
+      // it placed (the event's fragment came first): the page keeps what it shows.
+      const status = shownStatus(element);
+      if (item.starts && status && !QUEUED.has(status)) continue;
+      showEstimate(element, item);
+    }
+  }
+}
+
 // Fragments: server-rendered parts of the page, fetched again when an event says so -----
 
 function matches(spec, message) {
@@ -620,7 +674,8 @@ function handle(message) {
     for (const share of new Set(message.samples.map((s) => s.quota_share))) {
       refreshMatching({ kind: "usage", share });
     }
-  } else if (message.type === "snapshot") applySnapshot(message);
+  } else if (message.type === "estimates") applyEstimates(message.estimates);
+  else if (message.type === "snapshot") applySnapshot(message);
   redrawDirty();
 }
 

@@ -1,21 +1,33 @@
 """The estimated start in a real browser: a job waiting behind another in a RESERVE share
 says when it starts and what it waits for, on its page and in the jobs table, from the
-server's own background forecast (see conftest.py for the live server)."""
+server's own background forecast (see conftest.py for the live server); when the estimate
+changes, the refresh pushes it over the websocket and both update in place, no reload."""
 
 from __future__ import annotations
 
 import re
-import time
 from typing import Any
 
 import pytest
 from playwright.sync_api import expect
 
 from .conftest import QuotawebServer, SignedIn
-from .test_dashboard import LIVE_TIMEOUT_MS, _job_row_status, _submit
+from .test_dashboard import (
+    LIVE_TIMEOUT_MS,
+    _assert_not_reloaded,
+    _job_row_status,
+    _submit,
+    _watch_navigations,
+)
 
-ESTIMATE = re.compile(r"starts in about (9|10) min, when qs3_job_1 ends "
-                      r"\(qs3_job_1: its simulated duration, 600 s\)")
+ESTIMATE = re.compile(r"^starts in about (9|10) min, when qs3_job_1 ends "
+                      r"\(qs3_job_1: its simulated duration, 600 s\) \(.+\)$")
+# qs3_job_3 (priority 5) goes ahead of qs3_job_2 (priority 1): it waits 10 min more.
+MOVED = re.compile(r"^starts in about (19|20) min, when qs3_job_3 ends "
+                   r"\(qs3_job_3: its simulated duration, 600 s\) \(.+\)$")
+# The fragments that an event makes a page fetch again: refused here, so that what
+# changes on the page can only come from the estimates pushed over the websocket.
+FRAGMENTS = re.compile(r"/jobs/\d+/status$|/shares/QS3/jobs$")
 
 
 @pytest.fixture
@@ -23,21 +35,18 @@ def server_env() -> dict[str, str]:
     return {"QUOTAWEB_FORECAST_SECONDS": "1"}
 
 
-def _reload_until(page: Any, url: str, selector: str, pattern: re.Pattern[str]) -> None:
-    """The estimate is refreshed in the background without an event: read the page again
-    until it shows."""
-    deadline = time.monotonic() + LIVE_TIMEOUT_MS / 1000
-    while True:
-        page.goto(url)
-        found = page.locator(selector)
-        if found.count() and pattern.search(found.first.inner_text()):
-            return
-        if time.monotonic() > deadline:
-            expect(found).to_have_text(pattern)  # fails, saying what it shows
-        time.sleep(0.5)
+def _only_pushes(page: Any) -> list[str]:
+    refused: list[str] = []
+
+    def refuse(route: Any) -> None:
+        refused.append(route.request.url)
+        route.abort()
+
+    page.route(FRAGMENTS, refuse)
+    return refused
 
 
-def test_a_waiting_job_shows_when_it_starts_and_what_it_waits_for(
+def test_a_waiting_jobs_estimate_is_shown_and_updated_in_place_without_reload(
     signed_in: SignedIn, server: QuotawebServer
 ) -> None:
     carol = signed_in("carol")
@@ -46,8 +55,38 @@ def test_a_waiting_job_shows_when_it_starts_and_what_it_waits_for(
     carol.goto(f"{server.url}/shares/QS3")
     expect(_job_row_status(carol, "qs3_job_1")).to_have_text("RUNNING", timeout=LIVE_TIMEOUT_MS)
 
-    _reload_until(carol, f"{server.url}/jobs/{waiting}", "#job-estimate", ESTIMATE)
-    carol.goto(f"{server.url}/shares/QS3")
-    row = carol.locator(f"table.jobs tr[data-job='{waiting}'] .estimate")
-    expect(row).to_have_text(re.compile(r"starts in about (9|10) min"))
-    assert not carol.errors
+    # The job's page and the share's jobs table, each open once: the estimate appears
+    # (rendered, or pushed by the next refresh if the page came first).
+    refused = _only_pushes(carol)
+    carol.goto(f"{server.url}/jobs/{waiting}")
+    page_navigations = _watch_navigations(carol)
+    line = carol.locator("#job-estimate")
+    expect(line).to_have_text(ESTIMATE, timeout=LIVE_TIMEOUT_MS)
+    table = carol.context.new_page()
+    table_errors: list[str] = []
+    table.on("pageerror", lambda error: table_errors.append(str(error)))
+    _only_pushes(table)
+    table.goto(f"{server.url}/shares/QS3")
+    table_navigations = _watch_navigations(table)
+    cell = table.locator(f"table.jobs tr[data-job='{waiting}'] .estimate")
+    expect(cell).to_have_text(re.compile(r"^starts in about (9|10) min$"),
+                              timeout=LIVE_TIMEOUT_MS)
+
+    # A job of higher priority goes ahead: the next refresh moves the estimate, and the
+    # push rewrites both in place, in the server's words.
+    _submit(carol.context.new_page(), server, "qs3_job_3", "QS3", 5)
+    expect(line).to_have_text(MOVED, timeout=LIVE_TIMEOUT_MS)
+    expect(cell).to_have_text(re.compile(r"^starts in about (19|20) min$"),
+                              timeout=LIVE_TIMEOUT_MS)
+    expect(cell.locator("span")).to_have_attribute("title", re.compile(r"^when qs3_job_3 ends"))
+    # qs3_job_3's SUBMITTED event makes the job page fetch its status again (refused):
+    # the route works, and what the page shows came from the pushes.
+    for _ in range(LIVE_TIMEOUT_MS // 100):
+        if refused:
+            break
+        carol.wait_for_timeout(100)
+    assert refused, "the job page never tried to fetch its status again"
+    expect(line).to_have_text(MOVED)
+    _assert_not_reloaded(carol, page_navigations)
+    _assert_not_reloaded(table, table_navigations)
+    assert not carol.errors and not table_errors

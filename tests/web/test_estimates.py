@@ -12,7 +12,12 @@ import pytest
 from django.utils import timezone
 
 from quotaweb.models import Attempt, CapacityUnit, Job
-from quotaweb.scheduling.estimates import outlooks, refresh_estimates
+from quotaweb.scheduling.estimates import (
+    MOVE_THRESHOLD_SECONDS,
+    changed,
+    outlooks,
+    refresh_estimates,
+)
 from quotaweb.scheduling.snapshot import load_snapshot
 from quotaweb.scheduling.tick import run_cycle
 from quotaweb.services.jobs import submit_job
@@ -53,6 +58,9 @@ def test_the_refresh_stores_an_estimate_that_the_dispatch_clears(one_instance: A
     assert second.estimate_basis == "when first ends (first: its simulated duration, 100 s)"
     first.refresh_from_db()
     assert first.estimated_start_at is None and first.estimate_basis == ""
+    assert refresh.changed == (second.pk,)  # what the refresh pushes (runtime)
+    # The same estimate a moment later: nothing changed, nothing to push.
+    assert refresh_estimates(now=t0 + timedelta(seconds=10)).changed == ()
 
     for seconds in (COLD, 160):
         assert run_cycle(now=t0 + timedelta(seconds=seconds)) is not None
@@ -69,9 +77,43 @@ def test_an_estimate_left_on_a_job_that_left_the_queue_is_cleared(one_instance: 
     assert run_cycle(now=t0) is not None
     # A refresh that read the queue before this dispatch wrote after it.
     Job.objects.filter(pk=job.pk).update(estimated_start_at=t0, estimate_basis="stale")
-    refresh_estimates(now=t0)
+    assert refresh_estimates(now=t0).changed == (job.pk,)  # cleared: pushed as cleared
     job.refresh_from_db()
     assert job.estimated_start_at is None and job.estimate_basis == ""
+
+
+def test_an_estimate_changes_when_new_known_unknown_rebased_or_moved_past_the_threshold(
+) -> None:
+    t = _t0()
+    moved = timedelta(seconds=MOVE_THRESHOLD_SECONDS)
+    assert changed(None, "", t, "when a ends")  # the first estimate
+    assert changed(t, "when a ends", t, "when b ends")
+    assert changed(t, "b", None, "b") and changed(None, "b", t, "b")
+    assert not changed(None, "b", None, "b")
+    assert not changed(t, "b", t + moved, "b") and not changed(t, "b", t - moved, "b")
+    assert changed(t, "b", t + moved + timedelta(seconds=1), "b")
+
+
+@cycle_db
+def test_a_failed_push_is_one_log_line_and_the_estimates_are_stored(
+    one_instance: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    from quotaweb.runtime import refresh_estimates_once
+
+    _submit("first", 100)
+    second = _submit("second", 50)
+    assert run_cycle() is not None
+
+    def down(payloads: list[Any]) -> None:
+        raise ConnectionError("channel layer down")
+
+    with caplog.at_level("WARNING"):
+        assert refresh_estimates_once(down) is True
+    [line] = caplog.records
+    assert "not pushed" in line.getMessage() and "channel layer down" in line.getMessage()
+    assert line.exc_info is None
+    second.refresh_from_db()
+    assert second.estimate_basis.startswith("when first ends")
 
 
 @pytest.mark.django_db

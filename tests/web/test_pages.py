@@ -832,13 +832,13 @@ def test_a_waiting_job_shows_its_estimated_start_on_its_page_and_in_the_table(
         estimate_basis="when qs2_job_7 ends (qs2_job_7: its max runtime, 1 h)")
     client = client_for(member)
     page = client.get(f"/jobs/{waiting.pk}").content.decode()
-    shown = re.search(r'<dd id="job-estimate">(.*?)</dd>', page, re.S)
+    shown = re.search(r'<dd id="job-estimate"[^>]*>(.*?)</dd>', page, re.S)
     assert shown is not None
     assert shown.group(1).startswith(
         "starts in about 4 min, when qs2_job_7 ends (qs2_job_7: its max runtime, 1 h)")
     table = client.get("/shares/QS1").content.decode()
     row = re.search(rf'<tr data-job="{waiting.pk}">.*?</tr>', table, re.S)
-    assert row is not None and '<td class="estimate">' in row.group(0)
+    assert row is not None and f'<td class="estimate" data-estimate="{waiting.pk}">' in row.group(0)
     assert "starts in about 4 min" in row.group(0)
 
 

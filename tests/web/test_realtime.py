@@ -701,3 +701,70 @@ async def test_a_frame_from_the_client_is_ignored_and_logged_on_one_line(
     [logged] = await sync_to_async(write_events)("SUBMITTED")
     assert await broadcast.abroadcast_pending() == 1
     assert await receive(communicator, 1) == [event_message(logged)]  # still open
+
+
+# Estimated starts -----------------------------------------------------------------------
+
+
+@pytest.fixture
+def waiting_behind(transactional_db: None) -> dict[str, Any]:
+    """QS1's `second` waits behind its `first` on QS1's one instance; alice is a member of
+    QS1, bob of QS2 only (signed in, each with a session)."""
+    from quotaweb.scheduling.tick import run_cycle
+    from quotaweb.services.jobs import submit_job
+
+    CapacityUnit.objects.create(name=UNIT, max_capacity=2, cold_start_seconds=60,
+                                warm_start_seconds=5)
+    sessions = {}
+    for name in ("QS1", "QS2"):
+        share = QuotaShare.objects.create(name=name, sharing_strategy="LEND")
+        CapacityLimit.objects.create(quota_share=share, capacity_unit=UNIT, max_capacity=1)
+        member = User.objects.create_user("alice" if name == "QS1" else "bob", password="pw")
+        share.members.add(member)
+        sessions[name] = Client()
+        sessions[name].force_login(member)
+    jobs = [submit_job(None, name=name, quota_share="QS1", instance_type=UNIT,
+                       duration_seconds=seconds)[0] for name, seconds in (("first", 100),
+                                                                        ("second", 50))]
+    assert run_cycle() is not None  # first is placed, second waits for it
+    return {"sessions": sessions, "second": jobs[1]}
+
+
+@WS
+async def test_a_refresh_pushes_the_changed_estimates_once_and_nothing_when_unchanged(
+    in_memory_layer: None, waiting_behind: dict[str, Any],
+    clients: list[WebsocketCommunicator], caplog: pytest.LogCaptureFixture,
+) -> None:
+    from quotaweb.runtime import refresh_estimates_once
+
+    member_client, other_client = waiting_behind["sessions"].values()
+    second = waiting_behind["second"]
+    member, _ = await open_socket(clients, _cookie_of(member_client))
+    other, _ = await open_socket(clients, _cookie_of(other_client))
+    for socket in (member, other):
+        await receive(socket, 1)  # the snapshot
+
+    with caplog.at_level("WARNING"):
+        assert await sync_to_async(refresh_estimates_once)() is True
+    assert not caplog.records  # pushed, not failed
+    [pushed] = await receive(member, 1)
+    stored = await sync_to_async(Job.objects.get)(pk=second.pk)
+    assert pushed == {"type": "estimates", "estimates": [{
+        "job": second.pk, "estimated_start_at": iso(stored.estimated_start_at),
+        "estimate_basis": "when first ends (first: its simulated duration, 100 s)",
+        "starts": "starts in about 3 min"}]}
+    assert await member.receive_nothing(0.5)
+
+    # Every signed-in user reads every job's estimate (docs/api.md, Who may do what), so a
+    # member of another share gets the same message, and nothing the API would not show
+    # them: no secret, no field of the job besides its estimate.
+    assert await receive(other, 1) == [pushed]
+    api = await sync_to_async(other_client.get)(f"/api/v1/jobs/{second.pk}")
+    shown = api.json()
+    assert (shown["estimated_start_at"], shown["estimate_basis"]) == (
+        pushed["estimates"][0]["estimated_start_at"], pushed["estimates"][0]["estimate_basis"])
+
+    # The next refresh finds the same estimate: nothing is sent.
+    assert await sync_to_async(refresh_estimates_once)() is True
+    for socket in (member, other):
+        assert await socket.receive_nothing(0.5)

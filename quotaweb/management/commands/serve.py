@@ -19,7 +19,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils.module_loading import import_string
 
 from quotaweb.management import workers
-from quotaweb.runtime import Forecaster, Scheduler, broadcast_on_loop
+from quotaweb.runtime import Forecaster, Scheduler, broadcast_on_loop, send_on_loop
 
 
 def site_url(host: str, port: int) -> str:
@@ -71,7 +71,7 @@ class Command(BaseCommand):
         if settings.QUOTAWEB["IN_PROCESS_SCHEDULER"]:
             # Daphne's event loop serves the websockets; broadcasting on it reaches them.
             scheduler = Scheduler(broadcast=broadcast_on_loop(twisted_loop))
-            forecaster = Forecaster()
+            forecaster = Forecaster(send=send_on_loop(twisted_loop))
         replay_stop = threading.Event()
         replay = self._demo_thread(replay_stop) if options["demo"] else None
         sign_in = self._demo_setup() if options["demo"] else ""
