@@ -4,7 +4,8 @@ The key check: a live run through the real shell (services and `run_cycle(now=..
 virtual clock, as tests/web/test_shell_agrees_with_simulator.py runs it), then replayed
 from what the database recorded with the configuration unchanged, gives back exactly what
 happened: every job's attempts (starts, ends, outcomes, preemptions), its status, every
-event and the metrics.  A changed configuration then gives a different, sensible answer."""
+event and the metrics, also when an administrator changed the configuration during the
+period.  A changed configuration then gives a different, sensible answer."""
 
 from __future__ import annotations
 
@@ -64,10 +65,25 @@ def replayed_events(output: dict[str, Any]) -> list[dict[str, Any]]:
     return events
 
 
+def with_configuration_changes(document: dict[str, Any]) -> dict[str, Any]:
+    """An administrator lowers S0's limit at 15 s and raises the unit's max_capacity at 25 s
+    (the shell applies them through the configuration services)."""
+    limit = document["quota_shares"][0]["capacity_limits"][0]["max_capacity"]
+    capacity = document["capacity"][0]["max_capacity"]
+    changes = [
+        {"at": 15, "update_share": {"name": "S0", "capacity_limits": [
+            {"capacity_unit": UNIT, "max_capacity": limit - 1}]}},
+        {"at": 25, "update_capacity": {"capacity_unit": UNIT, "max_capacity": capacity + 1}},
+    ]
+    # Stable: after the second's other actions, in the shell as in the simulator.
+    actions = sorted(document["actions"] + changes, key=lambda action: action["at"])
+    return {**document, "actions": actions}
+
+
 @pytest.mark.parametrize("seed", SEEDS)
 def test_the_unchanged_replay_gives_back_what_happened(
         seed: int, settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    document = random_scenario(seed)
+    document = with_configuration_changes(random_scenario(seed))
     shell = live_run(document, settings, monkeypatch)
 
     result = what_if(shell.t0, shell.t0 + timedelta(seconds=UNTIL))
@@ -75,6 +91,10 @@ def test_the_unchanged_replay_gives_back_what_happened(
     assert replayed_jobs(result.recorded, shell) == shell.jobs()
     assert in_time_order(replayed_events(result.recorded)) == in_time_order(shell.events())
     assert result.recorded["metrics"] == run_scenario(document)["metrics"]
+    # It starts from the configuration as it stood then, not today's.
+    assert result.history.document["capacity"] == document["capacity"]
+    assert result.history.document["quota_shares"][0]["capacity_limits"] == \
+        document["quota_shares"][0]["capacity_limits"]
     # Nothing changed: both columns agree.
     assert result.changed["jobs"] == result.recorded["jobs"]
     assert all(row["recorded"] == row["changed"] for row in result.comparison)
