@@ -61,6 +61,8 @@ class RecordedHistory:
     end: datetime
     document: dict[str, Any]
     notes: list[str] = field(default_factory=list)
+    # Shares created in the period: held DISABLED with limits of 0 until their creation.
+    created_shares: set[str] = field(default_factory=set)
 
 
 def check_period(start: datetime, end: datetime) -> None:
@@ -343,6 +345,7 @@ def _replay(configuration: Configuration, event: Event, start: datetime,
                     "the replay cannot create it a second time, so its later jobs are "
                     "refused there.")
                 return
+            history.created_shares.add(name)
             configuration.shares[name] = {
                 "name": name, "sharing_strategy": "RESERVE", "state": "DISABLED",
                 "capacity_limits": [{"capacity_unit": limit["capacity_unit"],

@@ -18,8 +18,8 @@ from django.utils import timezone
 
 from quotaweb.services.errors import ValidationFailed
 from quotaweb.services.recorded_history import MAX_PERIOD
-from quotaweb.services.what_if import what_if
-from scheduler.simulate import run_scenario
+from quotaweb.services.what_if import changed_configuration, what_if
+from scheduler.simulate import parse_scenario, run_scenario
 
 from .test_shell_agrees_with_simulator import (
     UNTIL,
@@ -154,3 +154,61 @@ def test_raising_a_limit_lowers_the_wait_and_bad_changes_are_refused(
         what_if(end, shell.t0)
     with pytest.raises(ValidationFailed):
         what_if(end - MAX_PERIOD - timedelta(seconds=1), end)
+
+
+def test_a_proposed_field_holds_for_the_whole_period_and_other_recorded_changes_replay(
+) -> None:
+    def limits(limit: int) -> list[dict[str, Any]]:
+        return [{"capacity_unit": UNIT, "max_capacity": limit}]
+
+    job = {"name": "j_1", "quota_share": "S0", "instance_type": UNIT, "duration_seconds": 5}
+    recorded = {
+        "name": "recorded", "tick_seconds": 1, "until": UNTIL,
+        "capacity": [{"capacity_unit": UNIT, "max_capacity": 4, "warm_pool_limit": 0}],
+        "quota_shares": [
+            {"name": "S0", "sharing_strategy": "LEND_AND_BORROW", "borrow_limit": 100,
+             "capacity_limits": limits(1)},
+            {"name": "S1", "sharing_strategy": "RESERVE", "capacity_limits": limits(1)},
+            # Created at 30 s: held DISABLED with no capacity until then.
+            {"name": "S2", "sharing_strategy": "RESERVE", "state": "DISABLED",
+             "capacity_limits": limits(0)}],
+        "actions": [
+            {"at": 0, "submit": job},
+            {"at": 10, "update_share": {"name": "S0", "capacity_limits": limits(0),
+                                        "in_share_preemption": True}},
+            {"at": 12, "update_share": {"name": "S0", "sharing_strategy": "LEND"}},
+            {"at": 14, "update_share": {"name": "S1", "capacity_limits": limits(2)}},
+            {"at": 20, "update_capacity": {"capacity_unit": UNIT, "max_capacity": 5,
+                                           "warm_pool_limit": 1}},
+            {"at": 30, "update_share": {"name": "S2", "capacity_limits": limits(1),
+                                        "sharing_strategy": "LEND", "state": "ENABLED"}},
+            {"at": 30, "update_capacity": {"capacity_unit": "gpu.new", "max_capacity": 1}},
+            {"at": 40, "update_share": {"name": "S2", "capacity_limits": limits(0)}},
+        ],
+    }
+
+    changed = changed_configuration(
+        recorded, [{"capacity_unit": UNIT, "warm_pool_limit": 2},
+                   {"capacity_unit": "gpu.new", "max_capacity": 3}],
+        [{"name": "S0", "capacity_limits": limits(2), "borrow_limit": 50},
+         {"name": "S2", "capacity_limits": limits(1)}], created_shares={"S2"})
+
+    assert changed["capacity"][0]["warm_pool_limit"] == 2
+    assert changed["quota_shares"][0] == {
+        "name": "S0", "sharing_strategy": "LEND_AND_BORROW", "borrow_limit": 50,
+        "capacity_limits": limits(2)}
+    assert changed["quota_shares"][2]["capacity_limits"] == limits(0)
+    # S0's limits and its strategy (borrow_limit holds it) and the unit's warm_pool_limit
+    # are the administrator's throughout; the other recorded changes still replay.  What
+    # is created in the period takes the changes from its creation on.
+    assert changed["actions"] == [
+        {"at": 0, "submit": job},
+        {"at": 10, "update_share": {"name": "S0", "in_share_preemption": True}},
+        {"at": 14, "update_share": {"name": "S1", "capacity_limits": limits(2)}},
+        {"at": 20, "update_capacity": {"capacity_unit": UNIT, "max_capacity": 5}},
+        {"at": 30, "update_share": {"name": "S2", "capacity_limits": limits(1),
+                                    "sharing_strategy": "LEND", "state": "ENABLED"}},
+        {"at": 30, "update_capacity": {"capacity_unit": "gpu.new", "max_capacity": 3}},
+    ]
+    assert recorded["actions"][1]["update_share"]["capacity_limits"] == limits(0)
+    parse_scenario(changed)  # a valid scenario
