@@ -285,9 +285,9 @@ def _configuration_at(start: datetime, end: datetime,
         count = len(unknown)
         history.notes.append(
             f"{count} configuration change{'s' * (count > 1)} since the period started "
-            f"{'were' if count > 1 else 'was'} recorded without its values (first "
-            f"{first.type} of {what} at {first.time.isoformat()}): the replay can neither "
-            "undo nor replay them and keeps the values they set for the whole period.")
+            f"(first {first.type} of {what} at {first.time.isoformat()}) "
+            f"{'were' if count > 1 else 'was'} recorded without values, so the replay can "
+            "neither undo nor replay it: the values it set hold for the whole period.")
     return configuration
 
 
@@ -335,7 +335,11 @@ def _replay(configuration: Configuration, event: Event, start: datetime,
     else:
         name = event.quota_share
         assert name is not None
-        values = {key: copy.deepcopy(after[key]) for key in SHARE_VALUES if key in after}
+        # The fields the change named: the simulator implies the others as the live
+        # system did (a borrow_limit cleared or defaulted by a new strategy).
+        named = set(event.details.get("fields") or after)
+        values = {key: copy.deepcopy(after[key]) for key in SHARE_VALUES
+                  if key in after and key in named}
         if values.get("borrow_limit") is None:
             values.pop("borrow_limit", None)
         if event.details["before"] is None:

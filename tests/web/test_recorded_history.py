@@ -104,5 +104,5 @@ def test_a_configuration_change_recorded_without_values_is_noted(world: Any) -> 
     Event.objects.create(time=timezone.now(), type="SHARE_UPDATED", quota_share="QS1",
                          details={"fields": ["capacity_limits"]})
     history = recorded_history(start, timezone.now())
-    assert any("without its values" in note and "QS1" in note for note in history.notes)
+    assert any("without values" in note and "QS1" in note for note in history.notes)
     assert history.document["actions"] == []
