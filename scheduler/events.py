@@ -8,7 +8,7 @@ simulator names jobs and keeps whole seconds, the live system writes job ids and
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from enum import Enum, StrEnum
 from typing import Any, ClassVar
@@ -134,21 +134,59 @@ class WarmPoolUpdated:
     expires_at: float | None = field(metadata=TIME)
 
 
+# A configuration change records its values (docs/api.md, Events): `before` and `after`
+# hold the fields it set (those it named and any it changed with them, such as a
+# borrow_limit cleared by a new strategy), capacity limits as a list of
+# {capacity_unit, max_capacity} in unit order; None on the side where the share or unit
+# does not exist (`before` of a creation, `after` of a deletion).  Values are JSON's.
+Values = dict[str, Any]
+
+
 @dataclass(frozen=True, slots=True)
 class ShareUpdated:
+    """`fields`: the names the change set (a creation: every field)."""
+
     type: ClassVar[EventType] = EventType.SHARE_UPDATED
     fields: tuple[str, ...]
+    before: Values | None
+    after: Values | None
 
 
 @dataclass(frozen=True, slots=True)
 class ShareDeleted:
+    """`before`: the deleted share's configuration."""
+
     type: ClassVar[EventType] = EventType.SHARE_DELETED
+    before: Values
 
 
 @dataclass(frozen=True, slots=True)
 class CapacityUpdated:
+    """A unit added (`before` None), changed, or removed (`after` None)."""
+
     type: ClassVar[EventType] = EventType.CAPACITY_UPDATED
     capacity_unit: str
+    before: Values | None
+    after: Values | None
+
+
+def limit_values(limits: Iterable[tuple[str, int]]) -> list[dict[str, Any]]:
+    """Capacity limits as a change records them: {capacity_unit, max_capacity} by unit."""
+    return [{"capacity_unit": unit, "max_capacity": limit} for unit, limit in sorted(limits)]
+
+
+def change_values(before: Mapping[str, Any] | None, after: Mapping[str, Any] | None,
+                  named: Iterable[str] = ()) -> tuple[Values | None, Values | None]:
+    """`before` and `after` of a change from the whole configuration of a share or unit
+    before and after it: the fields `named` and those whose value changed, in name order.
+    A creation or a deletion keeps the whole side that exists."""
+    if before is None or after is None:
+        return (None if before is None else dict(sorted(before.items())),
+                None if after is None else dict(sorted(after.items())))
+    wanted = set(named)
+    keys = sorted(key for key in after.keys() | before.keys()
+                  if key in wanted or before.get(key) != after.get(key))
+    return ({key: before.get(key) for key in keys}, {key: after.get(key) for key in keys})
 
 
 Payload = (

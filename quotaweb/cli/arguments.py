@@ -217,7 +217,8 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--share", "-s")
 
     what_if = command("what-if", "Replay a period of recorded history with a changed "
-                                 "configuration, beside today's (administrators).")
+                                 "configuration, beside the recorded one "
+                                 "(administrators).")
     what_if.add_argument("--since", type=_since, default="24h", metavar="TIME",
                          help="start: ISO 8601 time, or a span back from now like 2h [24h]")
     what_if.add_argument("--until", type=_since, metavar="TIME", help="end [now]")

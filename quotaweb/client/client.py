@@ -187,7 +187,7 @@ class Client:
 
     def what_if(self, start: datetime | str | None = None, end: datetime | str | None = None,
                 *, capacity: Iterable[Json] = (), quota_shares: Iterable[Json] = ()) -> Json:
-        """POST /what-if (administrators): the period [start, end) replayed with today's
+        """POST /what-if (administrators): the period [start, end) replayed with the recorded
         configuration and with the changes (`capacity`: [{capacity_unit, max_capacity, …}],
         `quota_shares`: [{name, capacity_limits, sharing_strategy, borrow_limit,
         in_share_preemption}], fields left out unchanged), compared per share."""

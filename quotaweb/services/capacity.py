@@ -12,7 +12,7 @@ from typing import Any
 
 from django.db import transaction
 
-from scheduler.events import CapacityUpdated
+from scheduler.events import CapacityUpdated, change_values
 
 from ..models import CapacityLimit, CapacityUnit
 from ..scheduling import events
@@ -55,6 +55,11 @@ def lock_configuration() -> dict[str, CapacityUnit]:
     never deadlock): whoever checks Σ limits next sees this transaction's result."""
     events.lock_events()
     return {unit.name: unit for unit in CapacityUnit.objects.select_for_update().order_by("name")}
+
+
+def unit_values(unit: CapacityUnit) -> dict[str, Any]:
+    """A unit's figures as CAPACITY_UPDATED records them (docs/api.md, Events)."""
+    return {field: getattr(unit, field) for field in CAPACITY_FIELDS}
 
 
 # Validating capacity -------------------------------------------------------------------
@@ -168,7 +173,7 @@ def create_capacity_unit(**fields: Any) -> CapacityUnit:
         lock_configuration()
         cleaned = validate_capacity_unit(fields)
         unit = CapacityUnit.objects.create(**cleaned)
-        events.emit(CapacityUpdated(unit.name))
+        events.emit(CapacityUpdated(unit.name, *change_values(None, unit_values(unit))))
     return unit
 
 
@@ -182,10 +187,12 @@ def update_capacity_unit(unit: CapacityUnit | str, **changes: Any) -> CapacityUn
         if not changes:
             return locked
         cleaned = validate_capacity_unit(changes, locked)
+        before = unit_values(locked)
         for field, value in cleaned.items():
             setattr(locked, field, value)
         locked.save()
-        events.emit(CapacityUpdated(locked.name))
+        events.emit(CapacityUpdated(locked.name, *change_values(
+            before, unit_values(locked), set(cleaned) - {"name"})))
     return locked
 
 
@@ -197,8 +204,9 @@ def delete_capacity_unit(unit: CapacityUnit | str) -> None:
         if locked is None:
             raise NotFound(f"Capacity unit {name} does not exist.", code="UNIT_NOT_FOUND")
         validate_unit_removal(locked)
+        before = unit_values(locked)
         locked.delete()
-        events.emit(CapacityUpdated(name))
+        events.emit(CapacityUpdated(name, *change_values(before, None)))
 
 
 def set_capacity(units: object) -> list[CapacityUnit]:
@@ -207,21 +215,22 @@ def set_capacity(units: object) -> list[CapacityUnit]:
     with transaction.atomic():
         existing = lock_configuration()
         wanted = {entry["name"]: entry for entry in validate_capacity(units)}
-        changed: list[str] = []
+        changed: dict[str, CapacityUpdated] = {}
         for name, gone in existing.items():
             if name not in wanted:
+                changed[name] = CapacityUpdated(name, *change_values(unit_values(gone), None))
                 gone.delete()
-                changed.append(name)
         for name, entry in wanted.items():
             unit = existing.get(name)
             if unit is None:
-                CapacityUnit.objects.create(**entry)
-                changed.append(name)
+                added = CapacityUnit.objects.create(**entry)
+                changed[name] = CapacityUpdated(name, *change_values(None, unit_values(added)))
             elif any(getattr(unit, key) != value for key, value in entry.items()):
+                before = unit_values(unit)
                 for key, value in entry.items():
                     setattr(unit, key, value)
                 unit.save()
-                changed.append(name)
-        events.record_all([events.of(CapacityUpdated(name))
-                           for name in sorted(changed)])
+                # A PUT sets every figure of a unit; the event records those it changed.
+                changed[name] = CapacityUpdated(name, *change_values(before, unit_values(unit)))
+        events.record_all([events.of(changed[name]) for name in sorted(changed)])
         return list(CapacityUnit.objects.order_by("name"))

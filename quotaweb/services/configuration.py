@@ -29,7 +29,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from scheduler.decisions import PoolTermination
-from scheduler.events import ShareDeleted, ShareUpdated
+from scheduler.events import ShareDeleted, ShareUpdated, change_values, limit_values
 
 from ..models import CapacityLimit, Job, QuotaShare, WarmPool
 from ..models.jobs import TERMINAL_STATUSES
@@ -48,6 +48,7 @@ from .capacity import (
     lock_configuration,
     over_capacity_message,
     set_capacity,
+    unit_values,
     update_capacity_unit,
     validate_capacity,
     validate_capacity_unit,
@@ -292,7 +293,8 @@ def create_share(**fields: Any) -> QuotaShare:
         _replace_limits(share, limits)
         if members:
             share.members.set(members)
-        events.emit(ShareUpdated(tuple(sorted((SHARE_FIELDS - {"members"}) | set(fields)))),
+        events.emit(ShareUpdated(tuple(sorted((SHARE_FIELDS - {"members"}) | set(fields))),
+                                 *change_values(None, share_values(share))),
                     quota_share=share.name)
     return share
 
@@ -305,6 +307,7 @@ def update_share(share: QuotaShare, **changes: Any) -> QuotaShare:
         cleaned = validate_share(changes, locked)
         if not set(changes) - {"name"}:
             return locked  # nothing but the (unchangeable) name: nothing to record
+        before = share_values(locked)
         limits = cleaned.pop("capacity_limits", None)
         members = cleaned.pop("members", None)
         for field, value in cleaned.items():
@@ -314,9 +317,22 @@ def update_share(share: QuotaShare, **changes: Any) -> QuotaShare:
             _replace_limits(locked, limits)
         if members is not None:
             locked.members.set(members)
-        events.emit(ShareUpdated(tuple(sorted(set(changes) - {"name"}))),
+        named = tuple(sorted(set(changes) - {"name"}))
+        events.emit(ShareUpdated(named, *change_values(before, share_values(locked), named)),
                     quota_share=locked.name)
     return locked
+
+
+def share_values(share: QuotaShare) -> dict[str, Any]:
+    """A share's configuration as SHARE_UPDATED and SHARE_DELETED record it (docs/api.md,
+    Events): the scheduling fields, as the simulator records them, and the queue limits
+    (members are not recorded)."""
+    limits = share.capacity_limits.values_list("capacity_unit", "max_capacity")
+    return {"capacity_limits": limit_values(limits),
+            "sharing_strategy": share.sharing_strategy, "borrow_limit": share.borrow_limit,
+            "in_share_preemption": share.in_share_preemption, "state": share.state,
+            "max_keep_alive_seconds": share.max_keep_alive_seconds,
+            **{field: getattr(share, field) for field in QUEUE_LIMITS}}
 
 
 def _replace_limits(share: QuotaShare, limits: list[tuple[str, int]]) -> None:
@@ -349,7 +365,8 @@ def delete_share(share: QuotaShare, *, now: datetime | None = None) -> QuotaShar
             end_available_pool(pool, PoolTermination.USER, now)
         locked.deleted_at = now
         locked.save(update_fields=["deleted_at", "updated_at"])
-        events.emit(ShareDeleted(), quota_share=locked.name, time=now)
+        events.emit(ShareDeleted(dict(sorted(share_values(locked).items()))),
+                    quota_share=locked.name, time=now)
     return locked
 
 
@@ -362,6 +379,8 @@ __all__ = [
     "limit_totals",
     "lock_configuration",
     "over_capacity_message",
+    "share_values",
+    "unit_values",
     "validate_unit_removal",
     "create_capacity_unit",
     "create_share",

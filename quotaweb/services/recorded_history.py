@@ -4,6 +4,13 @@ what-if replay (quotaweb.services.what_if).
 What is replayed, at its real second from the period's start (rounded up to a whole
 second, as a cycle at that second would first see it):
 
+- the configuration as it stood when the period started: today's, with every change
+  recorded after the start undone, newest first, from the values its event kept
+  (SHARE_UPDATED, SHARE_DELETED and CAPACITY_UPDATED carry `before`, docs/api.md Events);
+- each configuration change recorded in the period, as an `update_share`, `delete_share` or
+  `update_capacity` action that sets its `after` values (a share created in the period is
+  held DISABLED with limits of 0 until then; a unit removed in the period drops to
+  max_capacity 0, which no share has a limit above);
 - each job submitted in the period, as it was submitted (Job.submitted_priority and
   submitted_keep_alive_seconds: later changes are replayed as their own actions), with its
   real work: `duration_seconds` for a simulated job, the RUNNING time of its successful
@@ -12,13 +19,14 @@ second, as a cycle at that second would first see it):
 - jobs still waiting or running when the period starts are submitted at its start, with
   the work they had left.
 
-The configuration is today's: SHARE_UPDATED and CAPACITY_UPDATED events name the fields a
-change set, not the values before it, so a change recorded after the period's start is
-reported in `notes` rather than guessed.
+A configuration event recorded before the values were kept names only its fields: it can
+be neither undone nor replayed, so the configuration keeps the values it set and `notes`
+says so.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -53,6 +61,8 @@ class RecordedHistory:
     end: datetime
     document: dict[str, Any]
     notes: list[str] = field(default_factory=list)
+    # Shares created in the period: held DISABLED with limits of 0 until their creation.
+    created_shares: set[str] = field(default_factory=set)
 
 
 def check_period(start: datetime, end: datetime) -> None:
@@ -72,15 +82,18 @@ def recorded_history(start: datetime, end: datetime) -> RecordedHistory:
             f"The period holds {len(jobs)} jobs; a what-if replays at most {MAX_JOBS}. "
             "Choose a shorter period."]})
     history = RecordedHistory(start, end, {})
-    shares = _shares()
-    names = {share["name"] for share in shares}
+    configuration = _configuration_at(start, end, history)
+    names = {share["name"] for share in configuration.shares.values()}
     replayed = [job for job in jobs if job.quota_share.name in names]
     if len(replayed) < len(jobs):
         history.notes.append(f"{len(jobs) - len(replayed)} jobs of deleted quota shares "
                              "are left out.")
     running = _attempts_running_at(start, replayed)
-    actions = [_submission(job, start, running.get(job.pk), history) for job in replayed]
+    submitted = _submitted_events(start, replayed)
+    actions = [_submission(job, start, running.get(job.pk), submitted.get(job.pk), history)
+               for job in replayed]
     actions += _changes(start, end, {job.pk: replay_name(job) for job in replayed})
+    actions += configuration.actions
     actions.sort(key=lambda action: action.pop("order"))
     history.document = {
         "name": f"recorded {start.isoformat()} to {end.isoformat()}",
@@ -91,11 +104,10 @@ def recorded_history(start: datetime, end: datetime) -> RecordedHistory:
             "warm_pool_max_lifetime_seconds":
                 settings.QUOTAWEB["WARM_POOL_MAX_LIFETIME_SECONDS"],
         },
-        "capacity": _capacity(),
-        "quota_shares": shares,
+        "capacity": [configuration.units[name] for name in sorted(configuration.units)],
+        "quota_shares": [configuration.shares[name] for name in sorted(configuration.shares)],
         "actions": actions,
     }
-    history.notes += _configuration_changes(start)
     return history
 
 
@@ -124,7 +136,15 @@ def _attempts_running_at(start: datetime, jobs: list[Job]) -> dict[int, Attempt]
     return {attempt.job_id: attempt for attempt in open_at_start}
 
 
-def _submission(job: Job, start: datetime, running: Attempt | None,
+def _submitted_events(start: datetime, jobs: list[Job]) -> dict[int, int]:
+    """The SUBMITTED event of each job submitted in the period: its place in commit order
+    among the period's changes."""
+    rows = Event.objects.filter(type=EventType.SUBMITTED, time__gte=start,
+                                job_id__in=[job.pk for job in jobs if job.created_at >= start])
+    return {job_id: pk for job_id, pk in rows.values_list("job_id", "pk")}
+
+
+def _submission(job: Job, start: datetime, running: Attempt | None, event: int | None,
                 history: RecordedHistory) -> dict[str, Any]:
     work = _work(job, history)
     carried = job.created_at < start
@@ -148,9 +168,11 @@ def _submission(job: Job, start: datetime, running: Attempt | None,
         body["preemption_retries_before_termination"] = \
             job.preemption_retries_before_termination
     at = 0 if carried else _second(start, job.created_at)
-    # Submissions come before the changes recorded in the same second: a job is named
-    # after its submission, and its SUBMITTED event precedes its changes.
-    return {"at": at, "submit": body, "order": (at, 0, job.pk)}
+    # Actions of one second in commit order: a submission by its SUBMITTED event (which
+    # precedes the job's changes), among the changes recorded in that second; jobs carried
+    # over from before the period (or without that event) first.
+    order = (at, 0, job.pk) if carried or event is None else (at, 1, event)
+    return {"at": at, "submit": body, "order": order}
 
 
 def _work(job: Job, history: RecordedHistory) -> int:
@@ -185,7 +207,7 @@ def _changes(start: datetime, end: datetime, names: dict[int, str]) -> list[dict
                                                  "priority": event.details["priority"]}}
         elif event.type == EventType.TERMINATED:
             if event.details.get("reason") == SHARE_DELETED_REASON:
-                continue  # the share is not in today's configuration either
+                continue  # the share's delete_share action replays it
             action = {"terminate": {"job": name, "reason": event.details.get("reason") or ""}}
         else:
             action = {"update_keep_alive": {
@@ -224,16 +246,120 @@ def _shares() -> list[dict[str, Any]]:
     return shares
 
 
-def _configuration_changes(start: datetime) -> list[str]:
-    changes = Event.objects.filter(
-        time__gt=start, type__in=(EventType.SHARE_UPDATED, EventType.CAPACITY_UPDATED,
-                                  EventType.SHARE_DELETED)).order_by("id")
-    count = changes.count()
-    if not count:
-        return []
-    first = changes.first()
-    assert first is not None
-    what = first.quota_share or first.details.get("capacity_unit")
-    return [f"The configuration changed {count} time{'s' * (count > 1)} since the period "
-            f"started (first {first.type} of {what} at {first.time.isoformat()}); the "
-            "replay uses today's configuration throughout."]
+# The configuration at the period's start, and its changes in the period -----------------
+
+SHARE_VALUES = ("capacity_limits", "sharing_strategy", "borrow_limit", "in_share_preemption",
+                "state", "max_keep_alive_seconds")
+UNIT_VALUES = ("max_capacity", "warm_pool_limit", "cold_start_seconds", "warm_start_seconds")
+CONFIGURATION_EVENTS = (EventType.SHARE_UPDATED, EventType.SHARE_DELETED,
+                        EventType.CAPACITY_UPDATED)
+
+
+@dataclass
+class Configuration:
+    """Units and shares in the scenario format by name, and the in-period change actions."""
+
+    units: dict[str, dict[str, Any]]
+    shares: dict[str, dict[str, Any]]
+    actions: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _configuration_at(start: datetime, end: datetime,
+                      history: RecordedHistory) -> Configuration:
+    """Today's configuration with every change recorded after `start` undone (newest
+    first), and the changes recorded in [start, end) as actions."""
+    configuration = Configuration({unit["capacity_unit"]: unit for unit in _capacity()},
+                                  {share["name"]: share for share in _shares()})
+    changes = list(Event.objects.filter(time__gt=start, type__in=CONFIGURATION_EVENTS)
+                   .order_by("id"))
+    unknown = [event for event in changes if "before" not in event.details]
+    for event in reversed(changes):
+        if "before" in event.details:
+            _undo(configuration, event)
+    for event in changes:
+        if event.time < end and "before" in event.details:
+            _replay(configuration, event, start, history)
+    if unknown:
+        first = unknown[0]
+        what = first.quota_share or first.details.get("capacity_unit")
+        count = len(unknown)
+        history.notes.append(
+            f"{count} configuration change{'s' * (count > 1)} since the period started "
+            f"(first {first.type} of {what} at {first.time.isoformat()}) "
+            f"{'were' if count > 1 else 'was'} recorded without values, so the replay can "
+            "neither undo nor replay it: the values it set hold for the whole period.")
+    return configuration
+
+
+def _undo(configuration: Configuration, event: Event) -> None:
+    before = event.details["before"]
+    if event.type == EventType.CAPACITY_UPDATED:
+        name = event.details["capacity_unit"]
+        if before is None:  # added: it did not exist before
+            configuration.units.pop(name, None)
+        else:
+            unit = configuration.units.setdefault(name, {"capacity_unit": name})
+            unit.update({key: before[key] for key in UNIT_VALUES if key in before})
+        return
+    name = event.quota_share
+    assert name is not None
+    if before is None:  # created
+        configuration.shares.pop(name, None)
+        return
+    if event.type == EventType.SHARE_DELETED:
+        configuration.shares[name] = {"name": name}
+    share = configuration.shares.get(name)
+    if share is None:
+        return  # its deletion was recorded without values: the share is left out
+    share.update({key: copy.deepcopy(before[key]) for key in SHARE_VALUES if key in before})
+    if share.get("borrow_limit") is None:  # the scenario format leaves it out
+        share.pop("borrow_limit", None)
+
+
+def _replay(configuration: Configuration, event: Event, start: datetime,
+            history: RecordedHistory) -> None:
+    """The change as an action at its second; a share created in the period is in the
+    configuration from the start, DISABLED with limits of 0 on its units until then."""
+    at = _second(start, event.time)
+    after = event.details.get("after")
+    action: dict[str, Any]
+    if event.type == EventType.CAPACITY_UPDATED:
+        figures = {key: after[key] for key in UNIT_VALUES if key in after} if after else \
+            {"max_capacity": 0, "warm_pool_limit": 0}  # removed: no share has a limit on it
+        action = {"update_capacity": {"capacity_unit": event.details["capacity_unit"],
+                                      **figures}}
+    elif event.type == EventType.SHARE_DELETED:
+        if event.quota_share not in configuration.shares:
+            return
+        action = {"delete_share": {"name": event.quota_share}}
+    else:
+        name = event.quota_share
+        assert name is not None
+        # The fields the change named: the simulator implies the others as the live
+        # system did (a borrow_limit cleared or defaulted by a new strategy).
+        named = set(event.details.get("fields") or after)
+        values = {key: copy.deepcopy(after[key]) for key in SHARE_VALUES
+                  if key in after and key in named}
+        if values.get("borrow_limit") is None:
+            values.pop("borrow_limit", None)
+        if event.details["before"] is None:
+            if name in configuration.shares:  # deleted and created again in the period
+                history.notes.append(
+                    f"Quota share {name} was created again at {event.time.isoformat()}: "
+                    "the replay cannot create it a second time, so its later jobs are "
+                    "refused there.")
+                return
+            history.created_shares.add(name)
+            configuration.shares[name] = {
+                "name": name, "sharing_strategy": "RESERVE", "state": "DISABLED",
+                "capacity_limits": [{"capacity_unit": limit["capacity_unit"],
+                                     "max_capacity": 0}
+                                    for limit in values.get("capacity_limits", [])]}
+            values = {"in_share_preemption": False, "max_keep_alive_seconds": 3600,
+                      **values}
+        elif name not in configuration.shares:
+            return  # a share left out (see _undo)
+        if not values:
+            return  # only values the replay does not model (queue limits)
+        action = {"update_share": {"name": name, **values}}
+    configuration.actions.append({"at": at, **action, "order": (at, 1, event.pk)})

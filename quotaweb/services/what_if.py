@@ -1,6 +1,7 @@
 """What-if (docs/api.md, What-if): replay a period of recorded history through the
-simulator twice, once with today's configuration and once with an administrator's changed
-one, and compare what each gives per quota share.
+simulator twice, once with the configuration as it was (as it stood at the period's start,
+with the changes recorded in the period at their seconds) and once with an administrator's
+changes on top, and compare what each gives per quota share.
 
 Both runs go through `scheduler.simulate.run_scenario`, the engine the live system uses,
 so the replay with the configuration unchanged gives back what happened for simulated
@@ -28,6 +29,8 @@ CAPACITY_CHANGES = frozenset({"capacity_unit", "max_capacity", "warm_pool_limit"
                               "cold_start_seconds", "warm_start_seconds"})
 SHARE_CHANGES = frozenset({"name", "capacity_limits", "sharing_strategy", "borrow_limit",
                            "in_share_preemption"})
+STRATEGY_FIELDS = frozenset({"sharing_strategy", "borrow_limit"})
+RECORDED_CHANGES = (("update_share", "name"), ("update_capacity", "capacity_unit"))
 KINDS = ("CROSS_SHARE", "IN_SHARE")
 # Wall-clock seconds both replays of one request may take together (measured: 2,000 jobs
 # over a week at 79% utilization replay in about 11 s; a day-long queue of 1,000 jobs at
@@ -42,7 +45,7 @@ __all__ = ["MAX_JOBS", "MAX_PERIOD", "REPLAY_BUDGET_SECONDS", "WhatIf",
 class WhatIf:
     history: RecordedHistory
     changed_document: dict[str, Any]
-    recorded: dict[str, Any]  # run_scenario's output with today's configuration
+    recorded: dict[str, Any]  # run_scenario's output with the recorded configuration
     changed: dict[str, Any]  # … with the changed configuration
     comparison: list[dict[str, Any]]
 
@@ -61,10 +64,11 @@ class WhatIf:
 
 def what_if(start: datetime, end: datetime, *, capacity: Sequence[Mapping[str, Any]] = (),
             quota_shares: Sequence[Mapping[str, Any]] = ()) -> WhatIf:
-    """Replay [start, end) with today's configuration and with the changes; raises
+    """Replay [start, end) with the recorded configuration and with the changes; raises
     ValidationFailed (nothing is changed) for a bad period or change."""
     history = recorded_history(start, end)
-    changed_document = changed_configuration(history.document, capacity, quota_shares)
+    changed_document = changed_configuration(history.document, capacity, quota_shares,
+                                             created_shares=history.created_shares)
     deadline = time.monotonic() + REPLAY_BUDGET_SECONDS
     recorded = _run(history.document, "the recorded configuration", deadline)
     changed = _run(changed_document, "the changed configuration", deadline)
@@ -105,22 +109,71 @@ def _field_of(path: str) -> str:
 
 def changed_configuration(document: Mapping[str, Any],
                           capacity: Sequence[Mapping[str, Any]],
-                          quota_shares: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """The document with the changes applied: each entry names a unit or share of today's
-    configuration and the fields to set; the scenario's validation then checks the whole
-    (Σ limits ≤ capacity, borrow_limit only with LEND_AND_BORROW)."""
+                          quota_shares: Sequence[Mapping[str, Any]], *,
+                          created_shares: Set[str] = frozenset()) -> dict[str, Any]:
+    """The document with the changes applied: each entry names a unit or share of the
+    replay and the fields to set, which hold for the whole period (recorded changes of
+    those fields are dropped, see _hold): from its start, or for a unit or share created
+    in the period (`created_shares`: held DISABLED until then) from its creation.  The
+    scenario's validation then checks the whole (Σ limits ≤ capacity, borrow_limit only
+    with LEND_AND_BORROW)."""
     changed = copy.deepcopy(dict(document))
+    units = {unit["capacity_unit"]: unit for unit in changed["capacity"]}
+    shares = {share["name"]: share for share in changed["quota_shares"]}
+    created: dict[tuple[str, str], dict[str, Any]] = {}  # the action that creates it
+    for action in changed["actions"]:
+        if "update_capacity" in action:
+            name = action["update_capacity"]["capacity_unit"]
+            if name not in units:
+                created.setdefault(("update_capacity", name), action["update_capacity"])
+        elif "update_share" in action and action["update_share"]["name"] in created_shares:
+            created.setdefault(("update_share", action["update_share"]["name"]),
+                               action["update_share"])
+    changed["actions"] = _hold(changed["actions"], capacity, quota_shares,
+                               keep={id(body) for body in created.values()})
     problems: dict[str, list[str]] = defaultdict(list)
     _apply_changes(problems, "capacity", "capacity unit", capacity, CAPACITY_CHANGES,
-                   {unit["capacity_unit"]: unit for unit in changed["capacity"]},
+                   {**{name: body for (kind, name), body in created.items()
+                       if kind == "update_capacity"}, **units},
                    "capacity_unit", lambda unit, change: unit.update(change))
     _apply_changes(problems, "quota_shares", "quota share", quota_shares, SHARE_CHANGES,
-                   {share["name"]: share for share in changed["quota_shares"]},
+                   {**shares, **{name: body for (kind, name), body in created.items()
+                                 if kind == "update_share"}},
                    "name", _change_share)
     if problems:
         raise ValidationFailed(problems, "The changed configuration names what does not "
                                          "exist; nothing was run.")
     return changed
+
+
+def _hold(actions: Sequence[Mapping[str, Any]], capacity: Sequence[Mapping[str, Any]],
+          quota_shares: Sequence[Mapping[str, Any]], keep: Set[int]) -> list[dict[str, Any]]:
+    """The recorded actions without the changes of a field the administrator set: a proposed
+    field holds for the whole period; recorded changes of other fields still replay.
+    sharing_strategy and borrow_limit count as one (a strategy decides whether a borrow
+    limit exists), so setting either holds both.  The actions whose body is in `keep` (by
+    id: those that create a unit or share, which the changes then apply to) stay as they
+    are."""
+    held: dict[tuple[str, Any], set[str]] = defaultdict(set)
+    for unit in capacity:
+        held["update_capacity", unit.get("capacity_unit")] |= set(unit) - {"capacity_unit"}
+    for share in quota_shares:
+        fields = set(share) - {"name"}
+        if fields & STRATEGY_FIELDS:
+            fields |= STRATEGY_FIELDS
+        held["update_share", share.get("name")] |= fields
+    kept: list[dict[str, Any]] = []
+    for action in actions:
+        kind, key = next(((kind, key) for kind, key in RECORDED_CHANGES if kind in action),
+                         (None, None))
+        if kind is None or id(action[kind]) in keep:
+            kept.append(dict(action))
+            continue
+        body = {field: value for field, value in action[kind].items()
+                if field not in held.get((kind, action[kind][key]), ())}
+        if set(body) != {key}:  # something is left to change
+            kept.append({**action, kind: body})
+    return kept
 
 
 def _apply_changes(problems: dict[str, list[str]], field: str, label: str,

@@ -15,6 +15,8 @@ from ..events import (
     SubmitRejected,
     Submitted,
     WarmPoolUpdated,
+    change_values,
+    limit_values,
 )
 from ..lifecycle import PoolStatus, keep_alive_expiry
 from ..model import CapacityUnit, QuotaShare, ShareState, Strategy
@@ -151,7 +153,9 @@ def update_share(world: World, body: Reader, t: int) -> None:
         changes["max_keep_alive_seconds"] = body.integer("max_keep_alive_seconds", low=0,
                                                          high=3600)
     world.shares[share.name] = replace(share, **changes)
-    world.emit(t, ShareUpdated(tuple(fields)), None, share.name)
+    before, after = change_values(share_values(share), share_values(world.shares[share.name]),
+                                  fields)
+    world.emit(t, ShareUpdated(tuple(fields), before, after), None, share.name)
 
 
 def delete_share(world: World, body: Reader, t: int) -> None:
@@ -166,12 +170,30 @@ def delete_share(world: World, body: Reader, t: int) -> None:
         if pool.quota_share == share.name:
             world.apply(pool_ended(available(pool), PoolTermination.USER, t), t)
     del world.shares[share.name]
-    world.emit(t, ShareDeleted(), None, share.name)
+    world.emit(t, ShareDeleted(dict(sorted(share_values(share).items()))), None, share.name)
 
 
 def update_capacity(world: World, body: Reader, t: int) -> None:
     name = body.string("capacity_unit")
-    unit = world.capacity.get(name) or CapacityUnit(name, 0)
+    old = world.capacity.get(name)
     changes = {key: body.data[key] for key in body.data if key != "capacity_unit"}
-    world.capacity[name] = replace(unit, **changes)
-    world.emit(t, CapacityUpdated(name), None, None)
+    world.capacity[name] = replace(old or CapacityUnit(name, 0), **changes)
+    before, after = change_values(None if old is None else unit_values(old),
+                                  unit_values(world.capacity[name]), changes)
+    world.emit(t, CapacityUpdated(name, before, after), None, None)
+
+
+def share_values(share: QuotaShare) -> dict[str, Any]:
+    """A share's configuration as SHARE_UPDATED and SHARE_DELETED record it, as the live
+    system records it (scheduler.events, change_values)."""
+    return {"capacity_limits": limit_values(share.limits),
+            "sharing_strategy": share.strategy.value, "borrow_limit": share.borrow_limit,
+            "in_share_preemption": share.in_share_preemption, "state": share.state.value,
+            "max_keep_alive_seconds": share.max_keep_alive_seconds}
+
+
+def unit_values(unit: CapacityUnit) -> dict[str, Any]:
+    """A capacity unit's figures as CAPACITY_UPDATED records them."""
+    return {"max_capacity": unit.max_capacity, "warm_pool_limit": unit.warm_pool_limit,
+            "cold_start_seconds": unit.cold_start_seconds,
+            "warm_start_seconds": unit.warm_start_seconds}

@@ -149,8 +149,12 @@ def test_details_render_jobs_times_enums_and_tuples_each_side_its_own_way() -> N
         "keep_alive_seconds": 5, "expires_at": None}
     assert events.details(events.WarmPoolUpdated(5, 105), job=job, time=time) == {
         "keep_alive_seconds": 5, "expires_at": "t=105"}
-    assert events.details(events.ShareUpdated(("borrow_limit", "state")), job=job,
-                          time=time) == {"fields": ["borrow_limit", "state"]}
+    assert events.details(events.ShareUpdated(("state",), {"state": "ENABLED"},
+                                              {"state": "DISABLED"}), job=job, time=time) == {
+        "fields": ["state"], "before": {"state": "ENABLED"}, "after": {"state": "DISABLED"}}
+    assert events.details(events.CapacityUpdated("u", None, {"max_capacity": 2}), job=job,
+                          time=time) == {"capacity_unit": "u", "before": None,
+                                         "after": {"max_capacity": 2}}
     assert events.details(events.AttemptFailed(Failure.PLATFORM_ERROR), job=job,
                           time=time) == {"failure": "PLATFORM_ERROR", "retrying": True}
     assert events.details(events.Running(), job=job, time=time) == {}

@@ -36,7 +36,7 @@ from tests.engine.builders import (
 )
 from tests.engine.builders import share as engine_share
 
-from .scenario_builders import Document, action, capacity, events, scenario, share, submit
+from .scenario_builders import UNIT, Document, action, capacity, events, scenario, share, submit
 
 # Reuse: DISPATCHED, then WARM_POOL_REUSED -------------------------------------------------
 
@@ -117,7 +117,10 @@ def test_deleting_a_share_ends_jobs_in_submission_order_then_pools_then_the_shar
         (40, "TERMINATED", "huge", deleted),
         (40, "WARM_POOL_TERMINATED", "p2", user_ended),
         (40, "WARM_POOL_TERMINATED", "p1", user_ended),
-        (40, "SHARE_DELETED", None, {}),
+        (40, "SHARE_DELETED", None, {"before": {
+            "capacity_limits": [{"capacity_unit": UNIT, "max_capacity": 4}],
+            "sharing_strategy": "LEND", "borrow_limit": None, "in_share_preemption": False,
+            "state": "DISABLED", "max_keep_alive_seconds": 3600}}),
     ]
 
 

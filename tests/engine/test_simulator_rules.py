@@ -609,7 +609,8 @@ def test_a_disabled_share_refuses_submissions_but_runs_its_jobs() -> None:
         ],
     ))
     assert events(result, t=10) == [
-        (10, "SHARE_UPDATED", None, {"fields": ["state"]}),
+        (10, "SHARE_UPDATED", None, {"fields": ["state"], "before": {"state": "ENABLED"},
+                                      "after": {"state": "DISABLED"}}),
         (10, "SUBMIT_REJECTED", "late",
          {"reason": "Quota share A is DISABLED and accepts no new jobs."}),
     ]
@@ -635,7 +636,10 @@ def test_deleting_a_share_terminates_its_jobs_and_ends_its_pools() -> None:
         (50, "TERMINATED", "running", deleted),
         (50, "TERMINATED", "queued", deleted),
         (50, "WARM_POOL_TERMINATED", "kept-warm", {"reason": "USER"}),
-        (50, "SHARE_DELETED", None, {}),
+        (50, "SHARE_DELETED", None, {"before": {  # what was deleted
+            "capacity_limits": [{"capacity_unit": UNIT, "max_capacity": 2}],
+            "sharing_strategy": "LEND", "borrow_limit": None, "in_share_preemption": False,
+            "state": "DISABLED", "max_keep_alive_seconds": 3600}}),
     ]
     for name in ("running", "queued"):
         job = job_of(result, name)
@@ -660,7 +664,10 @@ def test_switching_away_from_lend_and_borrow_clears_the_borrow_limit() -> None:
 
     result = simulate(parse_scenario(document), observe)
     assert (borrow_limits[0], borrow_limits[10]) == (100, None)
-    assert events(result, t=10) == [(10, "SHARE_UPDATED", None, {"fields": ["sharing_strategy"]})]
+    assert events(result, t=10) == [(10, "SHARE_UPDATED", None, {
+        "fields": ["sharing_strategy"],  # and the borrow_limit the change cleared
+        "before": {"borrow_limit": 100, "sharing_strategy": "LEND_AND_BORROW"},
+        "after": {"borrow_limit": None, "sharing_strategy": "LEND"}})]
 
 
 def test_more_capacity_lets_a_waiting_job_borrow_it() -> None:
@@ -674,7 +681,8 @@ def test_more_capacity_lets_a_waiting_job_borrow_it() -> None:
         ],
     ))
     assert events(result, t=50) == [
-        (50, "CAPACITY_UPDATED", None, {"capacity_unit": UNIT}),
+        (50, "CAPACITY_UPDATED", None, {"capacity_unit": UNIT, "before": {"max_capacity": 1},
+                                        "after": {"max_capacity": 2}}),
         (50, "DISPATCHED", "a2", {"borrowed_instances": 1, "warm_start": False}),
         (50, "RUNNING", "a2", {}),
     ]

@@ -142,7 +142,10 @@ def test_changing_only_the_strategy_clears_borrow_limit(walkthrough_config: Any,
     qs1.refresh_from_db()
     assert (qs1.sharing_strategy, qs1.borrow_limit) == ("LEND", None)
     [event] = Event.objects.all()
-    assert event.details == {"fields": ["sharing_strategy"]}
+    assert event.details == {
+        "fields": ["sharing_strategy"],
+        "before": {"borrow_limit": 200, "sharing_strategy": "LEND_AND_BORROW"},
+        "after": {"borrow_limit": None, "sharing_strategy": "LEND"}}
 
 
 def test_moving_capacity_between_limits_in_one_save(walkthrough_config: Any,
@@ -156,8 +159,12 @@ def test_moving_capacity_between_limits_in_one_save(walkthrough_config: Any,
         in_share_preemption="on"))
     assert response.status_code == 302, inline_errors(response)
     assert qs1.capacity_limits.get().max_capacity == 2
+    def limits(limit: int) -> dict[str, Any]:
+        return {"capacity_limits": [{"capacity_unit": UNIT, "max_capacity": limit}]}
+
     assert [e.details for e in Event.objects.order_by("id")] == [
-        {"fields": ["capacity_limits"]}, {"fields": ["capacity_limits"]}]
+        {"fields": ["capacity_limits"], "before": limits(1), "after": limits(0)},
+        {"fields": ["capacity_limits"], "before": limits(1), "after": limits(2)}]
 
 
 def test_only_a_disabled_share_can_be_deleted_and_deleting_is_soft(
@@ -218,7 +225,11 @@ def test_capacity_units_are_added_and_changed_through_the_service(
     assert response.status_code == 302, form_errors(response)
     assert CapacityUnit.objects.get(name=UNIT).max_capacity == 5
     assert [e.details for e in Event.objects.order_by("id")] == [
-        {"capacity_unit": "ml.p4d.24xlarge"}, {"capacity_unit": UNIT}]
+        {"capacity_unit": "ml.p4d.24xlarge", "before": None, "after": {
+            "max_capacity": 2, "warm_pool_limit": 1, "cold_start_seconds": 30,
+            "warm_start_seconds": 2}},
+        {"capacity_unit": UNIT, "before": {"max_capacity": 3, "warm_pool_limit": 0},
+         "after": {"max_capacity": 5, "warm_pool_limit": 2}}]
 
 
 def test_a_refusal_at_save_time_saves_nothing_and_says_why(

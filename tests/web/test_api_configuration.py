@@ -147,8 +147,15 @@ def test_patch_a_share(api: ApiFor) -> None:
     assert (body["sharing_strategy"], body["borrow_limit"]) == ("LEND", None)
     assert body["members"] == ["other"] and body["in_share_preemption"] is True
     assert body["capacity_limits"] == [{"capacity_unit": UNIT, "max_capacity": 1}]
-    assert Event.objects.get(type="SHARE_UPDATED").details["fields"] == [
+    details = Event.objects.get(type="SHARE_UPDATED").details
+    assert details["fields"] == [
         "capacity_limits", "in_share_preemption", "members", "sharing_strategy"]
+    # The values before and after, with the borrow_limit the new strategy cleared.
+    assert details["after"] == {
+        "borrow_limit": None, "capacity_limits": [{"capacity_unit": UNIT, "max_capacity": 1}],
+        "in_share_preemption": True, "sharing_strategy": "LEND"}
+    assert details["before"]["sharing_strategy"] == "LEND_AND_BORROW"
+    assert details["before"]["borrow_limit"] is not None
 
 
 def test_patch_refusals_change_nothing(api: ApiFor) -> None:

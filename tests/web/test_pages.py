@@ -205,8 +205,12 @@ def test_a_valid_change_is_saved_through_the_services_naming_what_changed(
     share = QuotaShare.live.get(name="QS3")
     assert share.max_keep_alive_seconds == 600
     assert CapacityLimit.objects.get(quota_share=share).max_capacity == 0
-    assert [e.details for e in _events("SHARE_UPDATED")] == [
-        {"fields": ["capacity_limits", "max_keep_alive_seconds"]}]
+    assert [e.details for e in _events("SHARE_UPDATED")] == [{
+        "fields": ["capacity_limits", "max_keep_alive_seconds"],
+        "before": {"capacity_limits": [{"capacity_unit": UNIT, "max_capacity": 1}],
+                   "max_keep_alive_seconds": 3600},
+        "after": {"capacity_limits": [{"capacity_unit": UNIT, "max_capacity": 0}],
+                  "max_keep_alive_seconds": 600}}]
     assert "Quota share QS3 saved." in client.get("/shares/QS3").content.decode()
 
 
@@ -712,7 +716,8 @@ def test_capacity_shows_the_sum_of_limits_and_refuses_to_go_below_it(
     form[prefix + "max_capacity"] = "5"
     assert client.post(f"/capacity/units/{unit.pk}", form).status_code == 302
     assert CapacityUnit.objects.get().max_capacity == 5
-    assert [e.details for e in _events("CAPACITY_UPDATED")] == [{"capacity_unit": UNIT}]
+    assert [e.details for e in _events("CAPACITY_UPDATED")] == [
+        {"capacity_unit": UNIT, "before": {"max_capacity": 3}, "after": {"max_capacity": 5}}]
 
 
 def test_adding_a_capacity_unit(admin: Any, client_for: ClientFor) -> None:

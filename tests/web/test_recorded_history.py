@@ -1,5 +1,6 @@
 """quotaweb.services.recorded_history: what a replay takes from the records (the work of
-command jobs, jobs carried over from before the period, configuration changes)."""
+command jobs, jobs carried over from before the period, the configuration at its start and
+its changes)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ import pytest
 from django.utils import timezone
 
 from quotaweb.models import Event, Job
+from quotaweb.services import configuration
 from quotaweb.services.recorded_history import recorded_history, replay_name
 
 from . import test_api_helpers as helpers
-from .test_api_helpers import attempt, job
+from .test_api_helpers import UNIT, attempt, job
 
 pytestmark = pytest.mark.django_db
 
@@ -66,9 +68,41 @@ def test_a_job_running_when_the_period_starts_keeps_the_work_it_had_left(world: 
                for a in history.document["actions"])
 
 
-def test_a_configuration_change_in_the_period_is_noted(world: Any) -> None:
+def test_changes_are_undone_to_the_period_start_and_replayed_only_inside_it(
+        world: Any) -> None:
+    start = timezone.now() - timedelta(minutes=10)
+    before = recorded_history(start, start + timedelta(minutes=5)).document
+    # Changes made now, through the services: after the first period, inside the second.
+    configuration.update_share(world.shares["QS1"], in_share_preemption=True,
+                               capacity_limits=[{"capacity_unit": UNIT, "max_capacity": 1}])
+    configuration.update_capacity_unit(UNIT, max_capacity=6)
+    configuration.update_share(world.shares["QS3"], state="DISABLED")
+    configuration.delete_share(world.shares["QS3"])
+
+    earlier = recorded_history(start, start + timedelta(minutes=5))
+    assert (earlier.document["capacity"], earlier.document["quota_shares"]) == (
+        before["capacity"], before["quota_shares"])  # nothing leaks back
+    assert earlier.document["actions"] == [] and earlier.notes == []
+
+    inside = recorded_history(start, timezone.now() + timedelta(minutes=1))
+    assert inside.document["quota_shares"] == before["quota_shares"]  # QS3 is back
+    changes = [{key: value for key, value in action.items() if key != "at"}
+               for action in inside.document["actions"]]
+    assert changes == [
+        {"update_share": {"name": "QS1", "in_share_preemption": True, "capacity_limits": [
+            {"capacity_unit": UNIT, "max_capacity": 1}]}},
+        {"update_capacity": {"capacity_unit": UNIT, "max_capacity": 6}},
+        {"update_share": {"name": "QS3", "state": "DISABLED"}},
+        {"delete_share": {"name": "QS3"}},
+    ]
+    assert all(600 <= action["at"] <= 602 for action in inside.document["actions"])
+
+
+def test_a_configuration_change_recorded_without_values_is_noted(world: Any) -> None:
     start = timezone.now() - timedelta(minutes=5)
+    # As SHARE_UPDATED was recorded before it kept the values.
     Event.objects.create(time=timezone.now(), type="SHARE_UPDATED", quota_share="QS1",
                          details={"fields": ["capacity_limits"]})
     history = recorded_history(start, timezone.now())
-    assert any("today's configuration" in note and "QS1" in note for note in history.notes)
+    assert any("without values" in note and "QS1" in note for note in history.notes)
+    assert history.document["actions"] == []

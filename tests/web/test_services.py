@@ -107,6 +107,13 @@ def test_create_share_stores_fields_limits_members_and_writes_share_updated(
     [(kind, name, job, details)] = events()
     assert (kind, name, job) == ("SHARE_UPDATED", "QS4", None)
     assert "capacity_limits" in details["fields"] and "members" in details["fields"]
+    # A creation records the share's values (members are not configuration values).
+    assert details["before"] is None
+    assert details["after"] == {
+        "borrow_limit": -1, "capacity_limits": [{"capacity_unit": OTHER_UNIT, "max_capacity": 2}],
+        "in_share_preemption": False, "max_keep_alive_seconds": 600, "max_queued_jobs": 1000,
+        "max_submissions_per_minute": 120, "sharing_strategy": "LEND_AND_BORROW",
+        "state": "ENABLED"}
 
 
 @pytest.mark.parametrize("name", ["", "has space", "x" * 129, "dots.are.not.allowed", "é", 7])
@@ -232,7 +239,10 @@ def test_switching_away_from_lend_and_borrow_clears_borrow_limit(
     share = configuration.update_share(walkthrough_config.qs1, sharing_strategy="LEND")
     share.refresh_from_db()
     assert (share.sharing_strategy, share.borrow_limit) == ("LEND", None)
-    assert events()[-1][3] == {"fields": ["sharing_strategy"]}
+    assert events()[-1][3] == {
+        "fields": ["sharing_strategy"],  # and the values, with the cleared borrow_limit
+        "before": {"borrow_limit": 200, "sharing_strategy": "LEND_AND_BORROW"},
+        "after": {"borrow_limit": None, "sharing_strategy": "LEND"}}
     share = configuration.update_share(share, sharing_strategy="LEND_AND_BORROW")
     assert share.borrow_limit == -1  # back to the default
 
@@ -307,8 +317,18 @@ def test_capacity_changes_write_capacity_updated(walkthrough_config: Any) -> Non
     configuration.create_capacity_unit(name=OTHER_UNIT, max_capacity=8)
     assert CapacityUnit.objects.get(name=UNIT).warm_pool_limit == 2
     assert CapacityUnit.objects.get(name=OTHER_UNIT).cold_start_seconds == 60
-    assert events() == [("CAPACITY_UPDATED", None, None, {"capacity_unit": UNIT}),
-                        ("CAPACITY_UPDATED", None, None, {"capacity_unit": OTHER_UNIT})]
+    assert events() == [
+        ("CAPACITY_UPDATED", None, None, {
+            "capacity_unit": UNIT, "before": {"max_capacity": 3, "warm_pool_limit": 0},
+            "after": {"max_capacity": 5, "warm_pool_limit": 2}}),
+        ("CAPACITY_UPDATED", None, None, {
+            "capacity_unit": OTHER_UNIT, "before": None,
+            "after": {"cold_start_seconds": 60, "max_capacity": 8, "warm_pool_limit": 0,
+                      "warm_start_seconds": 5}})]
+    configuration.delete_capacity_unit(OTHER_UNIT)
+    assert events()[-1][3] == {"capacity_unit": OTHER_UNIT, "before": {
+        "cold_start_seconds": 60, "max_capacity": 8, "warm_pool_limit": 0,
+        "warm_start_seconds": 5}, "after": None}
 
 
 @pytest.mark.parametrize(("changes", "field"), [
@@ -353,8 +373,13 @@ def test_set_capacity_replaces_the_units_and_reports_each_change(
         {"capacity_unit": OTHER_UNIT, "max_capacity": 2, "warm_pool_limit": 1},
     ])
     assert [(u.name, u.max_capacity) for u in result] == [(UNIT, 3), (OTHER_UNIT, 2)]
-    assert [d for _, _, _, d in events()] == [{"capacity_unit": "ml.old"},
-                                              {"capacity_unit": OTHER_UNIT}]
+    assert [d for _, _, _, d in events()] == [
+        {"capacity_unit": "ml.old", "after": None, "before": {
+            "cold_start_seconds": 60, "max_capacity": 2, "warm_pool_limit": 0,
+            "warm_start_seconds": 5}},
+        {"capacity_unit": OTHER_UNIT, "before": None, "after": {
+            "cold_start_seconds": 60, "max_capacity": 2, "warm_pool_limit": 1,
+            "warm_start_seconds": 5}}]
 
 
 @pytest.mark.parametrize(("units", "field"), [
@@ -415,6 +440,10 @@ def test_deleting_a_share_terminates_its_jobs_and_pools_and_frees_its_name(
         ("TERMINATED", queued.pk), ("TERMINATED", running.pk),
         ("WARM_POOL_TERMINATED", finished.pk), ("SHARE_DELETED", None)]
     assert Event.objects.last().quota_share == "QS2"  # type: ignore[union-attr]
+    assert Event.objects.last().details["before"] == {  # type: ignore[union-attr]
+        "borrow_limit": None, "capacity_limits": [{"capacity_unit": UNIT, "max_capacity": 1}],
+        "in_share_preemption": False, "max_keep_alive_seconds": 3600, "max_queued_jobs": 1000,
+        "max_submissions_per_minute": 120, "sharing_strategy": "LEND", "state": "DISABLED"}
     assert not QuotaShare.live.filter(name="QS2").exists()
     # The name is free again, and the deleted share's limit no longer counts.
     configuration.create_share(name="QS2", capacity_limits=limits((UNIT, 1)),

@@ -20,10 +20,15 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from quotaweb.models import Attempt, Event, Job, UsageSample, WarmPoolSegment
+from quotaweb.models import Attempt, Event, Job, QuotaShare, UsageSample, WarmPoolSegment
 from quotaweb.scheduling import transitions
 from quotaweb.scheduling.tick import run_cycle
-from quotaweb.services.configuration import create_capacity_unit, create_share
+from quotaweb.services.configuration import (
+    create_capacity_unit,
+    create_share,
+    update_capacity_unit,
+    update_share,
+)
 from quotaweb.services.jobs import submit_job, terminate_job, update_keep_alive, update_priority
 from scheduler.lifecycle import Outcome, PoolStatus
 from scheduler.simulate import run_scenario
@@ -137,6 +142,14 @@ class Shell:
             job, created = submit_job(None, **fields)
             assert created
             self.ids[job.name], self.names[job.pk] = job.pk, job.name
+            return
+        if "update_share" in action:  # an administrator's change, through the service
+            fields = dict(action["update_share"])
+            update_share(QuotaShare.live.get(name=fields.pop("name")), **fields)
+            return
+        if "update_capacity" in action:
+            fields = dict(action["update_capacity"])
+            update_capacity_unit(fields.pop("capacity_unit"), **fields)
             return
         kind, body = next((k, v) for k, v in action.items() if k != "at")
         job_id = self.ids[body["job"]]

@@ -4,7 +4,8 @@ The key check: a live run through the real shell (services and `run_cycle(now=..
 virtual clock, as tests/web/test_shell_agrees_with_simulator.py runs it), then replayed
 from what the database recorded with the configuration unchanged, gives back exactly what
 happened: every job's attempts (starts, ends, outcomes, preemptions), its status, every
-event and the metrics.  A changed configuration then gives a different, sensible answer."""
+event and the metrics, also when an administrator changed the configuration during the
+period.  A changed configuration then gives a different, sensible answer."""
 
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ from django.utils import timezone
 
 from quotaweb.services.errors import ValidationFailed
 from quotaweb.services.recorded_history import MAX_PERIOD
-from quotaweb.services.what_if import what_if
-from scheduler.simulate import run_scenario
+from quotaweb.services.what_if import changed_configuration, what_if
+from scheduler.simulate import parse_scenario, run_scenario
 
 from .test_shell_agrees_with_simulator import (
     UNTIL,
@@ -64,10 +65,25 @@ def replayed_events(output: dict[str, Any]) -> list[dict[str, Any]]:
     return events
 
 
+def with_configuration_changes(document: dict[str, Any]) -> dict[str, Any]:
+    """An administrator lowers S0's limit at 15 s and raises the unit's max_capacity at 25 s
+    (the shell applies them through the configuration services)."""
+    limit = document["quota_shares"][0]["capacity_limits"][0]["max_capacity"]
+    capacity = document["capacity"][0]["max_capacity"]
+    changes = [
+        {"at": 15, "update_share": {"name": "S0", "capacity_limits": [
+            {"capacity_unit": UNIT, "max_capacity": limit - 1}]}},
+        {"at": 25, "update_capacity": {"capacity_unit": UNIT, "max_capacity": capacity + 1}},
+    ]
+    # Stable: after the second's other actions, in the shell as in the simulator.
+    actions = sorted(document["actions"] + changes, key=lambda action: action["at"])
+    return {**document, "actions": actions}
+
+
 @pytest.mark.parametrize("seed", SEEDS)
 def test_the_unchanged_replay_gives_back_what_happened(
         seed: int, settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    document = random_scenario(seed)
+    document = with_configuration_changes(random_scenario(seed))
     shell = live_run(document, settings, monkeypatch)
 
     result = what_if(shell.t0, shell.t0 + timedelta(seconds=UNTIL))
@@ -75,6 +91,10 @@ def test_the_unchanged_replay_gives_back_what_happened(
     assert replayed_jobs(result.recorded, shell) == shell.jobs()
     assert in_time_order(replayed_events(result.recorded)) == in_time_order(shell.events())
     assert result.recorded["metrics"] == run_scenario(document)["metrics"]
+    # It starts from the configuration as it stood then, not today's.
+    assert result.history.document["capacity"] == document["capacity"]
+    assert result.history.document["quota_shares"][0]["capacity_limits"] == \
+        document["quota_shares"][0]["capacity_limits"]
     # Nothing changed: both columns agree.
     assert result.changed["jobs"] == result.recorded["jobs"]
     assert all(row["recorded"] == row["changed"] for row in result.comparison)
@@ -134,3 +154,61 @@ def test_raising_a_limit_lowers_the_wait_and_bad_changes_are_refused(
         what_if(end, shell.t0)
     with pytest.raises(ValidationFailed):
         what_if(end - MAX_PERIOD - timedelta(seconds=1), end)
+
+
+def test_a_proposed_field_holds_for_the_whole_period_and_other_recorded_changes_replay(
+) -> None:
+    def limits(limit: int) -> list[dict[str, Any]]:
+        return [{"capacity_unit": UNIT, "max_capacity": limit}]
+
+    job = {"name": "j_1", "quota_share": "S0", "instance_type": UNIT, "duration_seconds": 5}
+    recorded = {
+        "name": "recorded", "tick_seconds": 1, "until": UNTIL,
+        "capacity": [{"capacity_unit": UNIT, "max_capacity": 4, "warm_pool_limit": 0}],
+        "quota_shares": [
+            {"name": "S0", "sharing_strategy": "LEND_AND_BORROW", "borrow_limit": 100,
+             "capacity_limits": limits(1)},
+            {"name": "S1", "sharing_strategy": "RESERVE", "capacity_limits": limits(1)},
+            # Created at 30 s: held DISABLED with no capacity until then.
+            {"name": "S2", "sharing_strategy": "RESERVE", "state": "DISABLED",
+             "capacity_limits": limits(0)}],
+        "actions": [
+            {"at": 0, "submit": job},
+            {"at": 10, "update_share": {"name": "S0", "capacity_limits": limits(0),
+                                        "in_share_preemption": True}},
+            {"at": 12, "update_share": {"name": "S0", "sharing_strategy": "LEND"}},
+            {"at": 14, "update_share": {"name": "S1", "capacity_limits": limits(2)}},
+            {"at": 20, "update_capacity": {"capacity_unit": UNIT, "max_capacity": 5,
+                                           "warm_pool_limit": 1}},
+            {"at": 30, "update_share": {"name": "S2", "capacity_limits": limits(1),
+                                        "sharing_strategy": "LEND", "state": "ENABLED"}},
+            {"at": 30, "update_capacity": {"capacity_unit": "gpu.new", "max_capacity": 1}},
+            {"at": 40, "update_share": {"name": "S2", "capacity_limits": limits(0)}},
+        ],
+    }
+
+    changed = changed_configuration(
+        recorded, [{"capacity_unit": UNIT, "warm_pool_limit": 2},
+                   {"capacity_unit": "gpu.new", "max_capacity": 3}],
+        [{"name": "S0", "capacity_limits": limits(2), "borrow_limit": 50},
+         {"name": "S2", "capacity_limits": limits(1)}], created_shares={"S2"})
+
+    assert changed["capacity"][0]["warm_pool_limit"] == 2
+    assert changed["quota_shares"][0] == {
+        "name": "S0", "sharing_strategy": "LEND_AND_BORROW", "borrow_limit": 50,
+        "capacity_limits": limits(2)}
+    assert changed["quota_shares"][2]["capacity_limits"] == limits(0)
+    # S0's limits and its strategy (borrow_limit holds it) and the unit's warm_pool_limit
+    # are the administrator's throughout; the other recorded changes still replay.  What
+    # is created in the period takes the changes from its creation on.
+    assert changed["actions"] == [
+        {"at": 0, "submit": job},
+        {"at": 10, "update_share": {"name": "S0", "in_share_preemption": True}},
+        {"at": 14, "update_share": {"name": "S1", "capacity_limits": limits(2)}},
+        {"at": 20, "update_capacity": {"capacity_unit": UNIT, "max_capacity": 5}},
+        {"at": 30, "update_share": {"name": "S2", "capacity_limits": limits(1),
+                                    "sharing_strategy": "LEND", "state": "ENABLED"}},
+        {"at": 30, "update_capacity": {"capacity_unit": "gpu.new", "max_capacity": 3}},
+    ]
+    assert recorded["actions"][1]["update_share"]["capacity_limits"] == limits(0)
+    parse_scenario(changed)  # a valid scenario

@@ -1,5 +1,6 @@
 """What-if (docs/api.md, What-if): replay a period of recorded history with a changed
-configuration, beside the replay with today's.  Administrators only; nothing is changed."""
+configuration, beside the replay with the configuration as it was.  Administrators only;
+nothing is changed."""
 
 from __future__ import annotations
 
@@ -30,14 +31,17 @@ _running = threading.Lock()
 
 DESCRIPTION = f"""Replays the jobs of [start, end) (their submissions, priority changes,
 terminations and keep-alive changes at their real times, with their real work) through the
-engine with today's configuration and with the changes, and compares them per share.  A
+engine with the configuration as it was (as it stood at start, with the changes recorded
+in the period at their real times) and with the changes, which hold for the whole period
+and replace recorded changes of the same fields, and compares them per share.  A
 period covers at most {MAX_PERIOD.days} days and {MAX_JOBS} jobs (422 beyond); both replays
 stop after {REPLAY_BUDGET_SECONDS} s of work (422 WHAT_IF_TOO_LARGE); one what-if runs at a
 time per server process (409 WHAT_IF_BUSY).  Nothing is changed."""
 
 
 class CapacityChange(RequestBody):
-    """A unit of today's capacity and the fields to set; fields left out keep their value."""
+    """A unit of the capacity and the fields to set; fields left out keep their recorded
+    values."""
 
     capacity_unit: UnitName
     max_capacity: int = Field(None, json_schema_extra=NATURAL)
@@ -47,7 +51,8 @@ class CapacityChange(RequestBody):
 
 
 class ShareChange(RequestBody):
-    """A live quota share and the fields to set; fields left out keep their value."""
+    """A quota share and the fields to set, for the whole period; fields left out keep their
+    recorded values."""
 
     name: ShareName
     capacity_limits: list[LimitIn] = Field(None, json_schema_extra={"minItems": 1,

@@ -1,5 +1,6 @@
 """The what-if page (/what-if, administrators): pick a period and edit today's configuration;
-the recorded period is replayed with both (services.what_if) and shown side by side."""
+the recorded period is replayed with the configuration as it was and with the fields the form
+changed (services.what_if) and shown side by side."""
 
 from __future__ import annotations
 
