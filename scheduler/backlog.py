@@ -29,12 +29,18 @@ Group = tuple[str, int, WarmPoolMatch]
 class Backlog:
     """The queued (SUBMITTED or RUNNABLE) jobs of every share."""
 
-    def __init__(self, capacity: Iterable[CapacityUnit], shares: Iterable[QuotaShare]) -> None:
+    def __init__(
+        self, capacity: Iterable[CapacityUnit], shares: Iterable[QuotaShare], *, kept: bool = True
+    ) -> None:
+        """An empty backlog, to be kept between cycles (`kept`): `add` and `refile` keep
+        who stands on which reason as they go.  `Backlog.of` makes one for a single cycle."""
         self.jobs: dict[str, Job] = {}
         self.queues: dict[str, list[Job]] = {}  # each share's, in queue_key order
-        # Per share and group, the jobs by their standing: the pending code they carry,
-        # or None for one that is not RUNNABLE yet (it gets a reason whatever it is).
-        self.standing: dict[str, dict[Group, dict[str | None, dict[str, Job]]]] = {}
+        # Kept only: per share and group, the jobs by their standing, the pending code they
+        # carry or None for one not RUNNABLE yet (it gets a reason whatever it is).  A
+        # single cycle reads every waiting job once anyway (pending_decisions).
+        self.standing: dict[str, dict[Group, dict[str | None, dict[str, Job]]]] | None = (
+            {} if kept else None)
         self.misconfigured: dict[str, set[str]] = {}  # per share: may never be placed
         self.in_grace: dict[str, set[str]] = {}  # per share: ids with a not_before
         self._version: dict[str, int] = {}
@@ -49,14 +55,25 @@ class Backlog:
     def of(
         cls, capacity: Iterable[CapacityUnit], shares: Iterable[QuotaShare], jobs: Iterable[Job]
     ) -> Backlog:
-        """A backlog of `jobs`, queued ones already checked (validate_snapshot)."""
-        backlog = cls(capacity, shares)
+        """A backlog of `jobs` for one cycle, already checked (validate_snapshot).  Kept
+        lean: a cycle of the live system builds one of every waiting job, every second."""
+        backlog = cls(capacity, shares, kept=False)
+        queues: dict[str, list[Job]] = {}
         for job in jobs:
-            backlog._file(job)
-        for queue in backlog.queues.values():
+            queue = queues.get(job.quota_share)
+            if queue is None:
+                queues[job.quota_share] = [job]
+            else:
+                queue.append(job)
+        for share, queue in queues.items():
             # queue_key order, by two stable C-level sorts (sequences are unique).
             queue.sort(key=_by_sequence)
             queue.sort(key=_by_priority, reverse=True)
+            backlog.queues[share] = queue
+            backlog.jobs.update(zip(map(_by_id, queue), queue, strict=True))
+            backlog._version[share] += 1
+            backlog.misconfigured[share] = backlog._misfits(queue)
+            backlog.in_grace[share] = {job.id for job in queue if job.not_before is not None}
         return backlog
 
     # Configuration ----------------------------------------------------------------------
@@ -74,8 +91,8 @@ class Backlog:
                     f"job {job.id} belongs to unknown quota share {job.quota_share}")
         # Checked: from here on nothing can fail.
         for name in gone:
-            for table in (self.queues, self.standing, self.misconfigured, self.in_grace,
-                          self._version, self._runs):
+            for table in (self.queues, self.standing or {}, self.misconfigured,
+                          self.in_grace, self._version, self._runs):
                 table.pop(name, None)
         self.capacity = {unit.name: unit for unit in capacity}
         self.shares = {share.name: share for share in shares}
@@ -84,29 +101,38 @@ class Backlog:
         self._configured = {}
         for name in self.shares:
             self.queues.setdefault(name, [])
-            self.standing.setdefault(name, {})
+            if self.standing is not None:
+                self.standing.setdefault(name, {})
             self.misconfigured.setdefault(name, set())
             self.in_grace.setdefault(name, set())
             self._version.setdefault(name, 0)
         for share, queue in self.queues.items():
-            self.misconfigured[share] = {job.id for job in queue if not self._fits(job)}
+            self.misconfigured[share] = self._misfits(queue)
             self._version[share] += 1
+
+    def _misfits(self, queue: list[Job]) -> set[str]:
+        """The queue's jobs that no placement can serve; few sizes, so found by size."""
+        misfit = {size for size in set(map(_size, queue)) if not self._fits_size(*size)}
+        return {job.id for job in queue if _size(job) in misfit} if misfit else set()
 
     def _fits(self, job: Job) -> bool:
         """False for a job that no placement can ever serve as configured: a
         misconfiguration (docs/semantics.md 4, reasons 1–2).  Such a job, and one still in
         its preemption grace period, is passed over for the whole cycle."""
-        key = (job.quota_share, job.instance_type, job.instance_count)
+        return self._fits_size(job.quota_share, job.instance_type, job.instance_count)
+
+    def _fits_size(self, share_name: str, unit_name: str, count: int) -> bool:
+        key = (share_name, unit_name, count)
         known = self._configured.get(key)
         if known is None:
-            unit = self.capacity.get(job.instance_type)
-            share = self.shares.get(job.quota_share)
-            if unit is None or share is None or job.instance_count > unit.max_capacity:
+            unit = self.capacity.get(unit_name)
+            share = self.shares.get(share_name)
+            if unit is None or share is None or count > unit.max_capacity:
                 known = False
             else:
-                limit = share.limit(job.instance_type)
+                limit = share.limit(unit_name)
                 most = max_holdable(limit, share.strategy, share.borrow_limit)
-                known = most is None or job.instance_count <= most
+                known = most is None or count <= most
             self._configured[key] = known
         return known
 
@@ -117,10 +143,15 @@ class Backlog:
         check_queued(job, self.shares)
         if job.id in self.jobs:
             raise InconsistentSnapshot(f"job {job.id} appears twice")
-        self._file(job)
-        queue = self.queues[job.quota_share]
-        queue.pop()  # _file appended it: put it at its place instead
-        insort(queue, job, key=queue_key)
+        share = job.quota_share
+        self.jobs[job.id] = job
+        insort(self.queues[share], job, key=queue_key)
+        self._version[share] += 1
+        self._stand(job)
+        if not self._fits(job):
+            self.misconfigured[share].add(job.id)
+        if job.not_before is not None:
+            self.in_grace[share].add(job.id)
 
     def refile(self, job: Job) -> bool:
         """A waiting job changed but keeps its place and its run (same priority, sequence,
@@ -157,23 +188,15 @@ class Backlog:
         self.in_grace[share].discard(job.id)
         return job
 
-    def _file(self, job: Job) -> None:
-        """Record the job everywhere but at its place in the queue: appended there."""
-        share = job.quota_share
-        self.jobs[job.id] = job
-        self.queues[share].append(job)
-        self._version[share] += 1
-        self._stand(job)
-        if not self._fits(job):
-            self.misconfigured[share].add(job.id)
-        if job.not_before is not None:
-            self.in_grace[share].add(job.id)
-
     def _stand(self, job: Job) -> None:
+        if self.standing is None:
+            return
         standings = self.standing[job.quota_share].setdefault(_group(job), {})
         standings.setdefault(_standing(job), {})[job.id] = job
 
     def _unstand(self, job: Job) -> None:
+        if self.standing is None:
+            return
         groups = self.standing[job.quota_share]
         group, standing = _group(job), _standing(job)
         standings = groups[group]
@@ -246,3 +269,5 @@ def _standing(job: Job) -> str | None:
 _NONE: frozenset[str] = frozenset()
 _by_sequence = attrgetter("sequence", "id")
 _by_priority = attrgetter("priority")
+_by_id = attrgetter("id")
+_size = attrgetter("quota_share", "instance_type", "instance_count")

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .decisions import PendingReason, SetPendingReason
-from .model import Job
+from .model import Job, JobStatus
 from .ordering import queue_key
 from .quota import max_holdable
 
@@ -65,9 +66,14 @@ def pending_decisions(state: CycleState) -> list[SetPendingReason]:
 
     decisions: list[SetPendingReason] = []
     placed = state.placed
+    kept = state.backlog.standing
+    if kept is None:  # a backlog of one cycle: its waiting jobs are read once each
+        for share in state.share_names:
+            decisions += _each_waiting(state, share, returning.get(share, []), reason_of)
+        return decisions
     for share in state.share_names:
         changed: list[tuple[Job, PendingReason]] = []
-        for standings in state.backlog.standing[share].values():
+        for standings in kept[share].values():
             first = next(iter(next(iter(standings.values())).values()))
             reason, code = reason_of(first)
             for standing, members in standings.items():
@@ -80,6 +86,34 @@ def pending_decisions(state: CycleState) -> list[SetPendingReason]:
             changed.sort(key=lambda item: positions[item[0].id])
             decisions += [SetPendingReason(job.id, reason, positions[job.id])
                           for job, reason in changed]
+    return decisions
+
+
+def _each_waiting(
+    state: CycleState,
+    share: str,
+    back: list[Job],
+    reason_of: Callable[[Job], tuple[PendingReason, str]],
+) -> list[SetPendingReason]:
+    """pending_decisions for one share, visiting each waiting job in order."""
+    placed = state.placed
+    queue = state.queues[share]
+    jobs = [job for job in queue if job.id not in placed] if placed else queue
+    if back:
+        jobs = sorted(jobs + back, key=queue_key)
+    runnable = JobStatus.RUNNABLE
+    has_pools = bool(state.pools[share])
+    # reason_of, written out for the share: this runs for every waiting job.
+    known: dict[tuple[str, int, str | None], tuple[PendingReason, str]] = {}
+    decisions = []
+    for position, job in enumerate(jobs, start=1):
+        pool = state.matching_pool(job) if has_pools else None
+        key = (job.instance_type, job.instance_count, pool.id if pool is not None else None)
+        found = known.get(key)
+        if found is None:
+            found = known[key] = reason_of(job)
+        if job.pending_code != found[1] or job.status is not runnable:
+            decisions.append(SetPendingReason(job.id, found[0], position))
     return decisions
 
 

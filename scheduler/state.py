@@ -63,8 +63,13 @@ class CycleState(ShareQueues):
     @classmethod
     def of(cls, snapshot: Snapshot) -> CycleState:
         """The state of a cycle from a whole snapshot (already validated)."""
-        holdings = Holdings.of(job for job in snapshot.jobs if job.status.active)
-        waiting = [job for job in snapshot.jobs if job.status.queued]
+        waiting: list[Job] = []
+        holding: list[Job] = []
+        runnable, submitted = JobStatus.RUNNABLE, JobStatus.SUBMITTED
+        for job in snapshot.jobs:  # every job of the live system, every second: kept lean
+            status = job.status
+            (waiting if status is runnable or status is submitted else holding).append(job)
+        holdings = Holdings.of(holding)
         backlog = Backlog.of(snapshot.capacity, snapshot.shares, waiting)
         return cls(snapshot.now, snapshot.policy, holdings, snapshot.warm_pools, backlog)
 

@@ -59,6 +59,14 @@ INCONSISTENT = [
         id="job-of-unknown-share",
     ),
     pytest.param(
+        [share("S", 2)],
+        [running("a", share="S", seq=1, instances=(0,)),
+         running("b", share="S", seq=2, instances=(0,)),
+         queued("c", share="T", seq=3)],
+        "job b and job a both hold instance 0",
+        id="first-contradiction-in-order-when-the-bulk-check-fails",
+    ),
+    pytest.param(
         [share("S", 2, strategy=LEND, borrow_limit=50)],
         [],
         "quota share S has a borrow_limit but is LEND",
