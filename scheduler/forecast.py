@@ -209,12 +209,11 @@ class _Forecast:
     def advance(self, t: int) -> _Step:
         """The lifecycle phase at `t`, noting which jobs stopped holding instances."""
         world = self.world
-        holding = {name for name, job in world.live.items() if job.status.active}
+        holding = list(world.active_jobs)
         pools = len(world.pools)
         world.advance(t)
         step = _Step(pools_ended=max(0, pools - len(world.pools)))
-        step.ended = [name for name in holding
-                      if name not in world.live or not world.live[name].status.active]
+        step.ended = [name for name in holding if name not in world.active_jobs]
         return step
 
     def record(self, t: int, step: _Step, decisions: Sequence[object]) -> None:
@@ -268,8 +267,8 @@ class _Forecast:
         """A job the forecast never placed: it waits for a job whose runtime is unknown
         (which never ends in the forecast), or it does not fit at all."""
         job = self.world.jobs[job_id]
-        unknown = sorted((other for other in self.world.live.values()
-                          if other.status.active and other.spec.duration_seconds >= NEVER),
+        unknown = sorted((other for other in self.world.active_jobs.values()
+                          if other.spec.duration_seconds >= NEVER),
                          key=lambda other: other.sequence)
         if not unknown:
             return Estimate(None, "does not fit with the current limits and capacity")

@@ -77,6 +77,7 @@ class World:
         # kept as jobs move, so that the usage figures of a tick cost nothing per job.
         self.held_by_jobs: Counter[tuple[str, str]] = Counter()
         self.queued: Counter[tuple[str, str]] = Counter()
+        self.active_jobs: dict[str, SimJob] = {}  # the active jobs, kept as jobs move
         # The engine's view, kept between cycles: the jobs that hold instances and the
         # waiting ones, which hear of each job touched since the last cycle.
         self.holdings = Holdings()
@@ -115,13 +116,14 @@ class World:
         """Count the held and queued instances again from the live jobs: for code that
         puts jobs into `jobs` and `live`, or sets their status, without admit() and move()
         (a world built from a live snapshot, say).  The backlog is built again too."""
-        self.held_by_jobs, self.queued = Counter(), Counter()
+        self.held_by_jobs, self.queued, self.active_jobs = Counter(), Counter(), {}
         self.backlog = None
         for job in self.live.values():
             job.changed = self.changed_jobs
             key, count = (job.spec.quota_share, job.spec.instance_type), job.spec.instance_count
             if job.status.active:
                 self.held_by_jobs[key] += count
+                self.active_jobs[job.name] = job
             elif job.status.queued:
                 self.queued[key] += count
 
@@ -132,10 +134,12 @@ class World:
             key, count = (job.spec.quota_share, job.spec.instance_type), job.spec.instance_count
             if old.active:
                 self.held_by_jobs[key] -= count
+                del self.active_jobs[job.name]
             elif old.queued:
                 self.queued[key] -= count
             if status.active:
                 self.held_by_jobs[key] += count
+                self.active_jobs[job.name] = job
             elif status.queued:
                 self.queued[key] += count
         job.status = status
