@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections.abc import Container, Iterable, Mapping
-from operator import attrgetter
+from itertools import compress, islice
+from operator import attrgetter, ne
 
 from .errors import InconsistentSnapshot
 from .model import CapacityUnit, Job, JobStatus, QuotaShare, WarmPoolMatch
@@ -235,14 +236,18 @@ class Backlog:
             return cached[1]
         queue = self.queues[share]
         keys = list(map(_alike, queue))
-        starts = {0} if queue else set()
-        starts.update(i for i in range(1, len(keys)) if keys[i] != keys[i - 1])
+        # Where a job differs from the one before it, compared at C level: a share whose
+        # queue changed finds its runs again at every cycle.
+        runs = [0, *compress(range(1, len(keys)), map(ne, islice(keys, 1, None), keys))]
+        if not queue:
+            runs = []
         if blocked:
+            starts = set(runs)
             for index, job in enumerate(queue):
                 if job.id in blocked:
                     starts.update((index, index + 1))
-        starts.discard(len(queue))
-        runs = sorted(starts)
+            starts.discard(len(queue))
+            runs = sorted(starts)
         self._runs[share] = (key, runs)
         return runs
 
