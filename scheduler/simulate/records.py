@@ -90,7 +90,7 @@ class SimJob:
     segment: Segment | None = None  # its own segment of a warm pool
     first_dispatched_at: int | None = None
     frozen: Job | None = None
-    changed: set[str] | None = None  # where touch() records the job's name (World.changed_jobs)
+    changed: set[str] | None = None  # where touch() records its name (EngineView)
 
     @property
     def name(self) -> str:

@@ -7,10 +7,8 @@ from __future__ import annotations
 import heapq
 import math
 from collections import Counter
-from collections.abc import Iterable
 from typing import Any
 
-from ..backlog import Backlog
 from ..cycle import resume
 from ..decisions import (
     CycleResult,
@@ -40,7 +38,6 @@ from ..effects import (
     preempted,
 )
 from ..events import Payload, Running, details
-from ..holdings import Holdings
 from ..lifecycle import (
     Outcome,
     PoolStatus,
@@ -51,6 +48,7 @@ from ..lifecycle import (
 )
 from ..model import CapacityUnit, JobStatus, QuotaShare, Snapshot
 from ..state import CycleState
+from .engine_view import EngineView
 from .records import Attempt, Pool, Segment, SimJob
 from .scenario import Scenario
 
@@ -78,11 +76,7 @@ class World:
         self.held_by_jobs: Counter[tuple[str, str]] = Counter()
         self.queued: Counter[tuple[str, str]] = Counter()
         self.active_jobs: dict[str, SimJob] = {}  # the active jobs, kept as jobs move
-        # The engine's view, kept between cycles: the jobs that hold instances and the
-        # waiting ones, which hear of each job touched since the last cycle.
-        self.holdings = Holdings()
-        self.backlog: Backlog | None = None  # built at the first cycle, with the holdings
-        self.changed_jobs: set[str] = set()
+        self.view = EngineView()  # the engine's, kept between cycles
 
     # Events and timers ------------------------------------------------------------------
 
@@ -109,17 +103,16 @@ class World:
         self.jobs[job.name] = job
         self.live[job.name] = job
         self.queued[job.spec.quota_share, job.spec.instance_type] += job.spec.instance_count
-        job.changed = self.changed_jobs
-        job.touch()
+        self.view.watch(job)
 
     def recount(self) -> None:
         """Count the held and queued instances again from the live jobs: for code that
         puts jobs into `jobs` and `live`, or sets their status, without admit() and move()
         (a world built from a live snapshot, say).  The backlog is built again too."""
         self.held_by_jobs, self.queued, self.active_jobs = Counter(), Counter(), {}
-        self.backlog = None
+        self.view.rebuild()
         for job in self.live.values():
-            job.changed = self.changed_jobs
+            self.view.watch(job)
             key, count = (job.spec.quota_share, job.spec.instance_type), job.spec.instance_count
             if job.status.active:
                 self.held_by_jobs[key] += count
@@ -356,39 +349,11 @@ class World:
             policy=self.policy,
         )
 
-    def synced_backlog(self) -> Backlog:
-        """The holdings and the backlog, told of every job touched since the last cycle
-        (and of a new configuration): each such job is filed again as it now is."""
-        capacity, shares = tuple(self.capacity.values()), tuple(self.shares.values())
-        backlog, holdings = self.backlog, self.holdings
-        if backlog is None:
-            backlog = self.backlog = Backlog(capacity, shares)
-            holdings = self.holdings = Holdings()
-            changed: Iterable[str] = self.live
-        else:
-            changed = []
-            for name in self.changed_jobs:
-                holdings.discard(name)
-                job = self.jobs[name]
-                if not (job.status.queued and backlog.refile(job.as_engine_job())):
-                    backlog.discard(name)
-                    changed.append(name)
-            if (tuple(backlog.capacity.values()) != capacity
-                    or tuple(backlog.shares.values()) != shares):
-                backlog.configure(capacity, shares)  # after a deleted share's jobs left
-        for name in changed:
-            job = self.jobs[name]
-            if job.status.queued:
-                backlog.add(job.as_engine_job())
-            elif job.status.active:
-                holdings.add(job.as_engine_job(), backlog.shares, backlog.jobs)
-        self.changed_jobs.clear()
-        return backlog
-
     def cycle(self, t: int) -> tuple[CycleResult, CycleState]:
-        backlog = self.synced_backlog()
+        holdings, backlog = self.view.sync(self.jobs, self.live, tuple(self.capacity.values()),
+                                           tuple(self.shares.values()))
         pools = [pool.as_engine_pool() for pool in self.pools.values()]
-        result, state = resume(t, self.policy, self.holdings, pools, backlog)
+        result, state = resume(t, self.policy, holdings, pools, backlog)
         lifetime = self.policy.warm_pool_max_lifetime_seconds
         for decision in result.decisions:
             if isinstance(decision, SetPendingReason):
