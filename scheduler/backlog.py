@@ -3,7 +3,7 @@ passed over, where the runs of alike jobs start, and who stands on which pending
 
 A cycle reads the backlog and never changes it.  The live shell builds one from each
 snapshot (`Backlog.of`); the simulator and the forecast keep one for their whole run and
-tell it what changed (`add`, `discard`), so that a cycle over a deep queue costs time in
+tell it what changed (`add`, `refile`, `discard`), so that a cycle over a deep queue costs time in
 proportion to what changed, not to the number of waiting jobs (docs/architecture.md,
 The engine).  Both then run the very same cycle over it.
 """
@@ -216,7 +216,10 @@ class Backlog:
         jobs = self.jobs
         for share, ids in self.misconfigured.items():
             blocked |= ids
-            blocked.update(i for i in self.in_grace[share] if jobs[i].not_before > now)  # type: ignore[operator]
+            for job_id in self.in_grace[share]:
+                not_before = jobs[job_id].not_before
+                if not_before is not None and not_before > now:
+                    blocked.add(job_id)
         return blocked
 
     def blocked_in(self, share: str, blocked: set[str]) -> frozenset[str]:
@@ -238,9 +241,8 @@ class Backlog:
         keys = list(map(_alike, queue))
         # Where a job differs from the one before it, compared at C level: a share whose
         # queue changed finds its runs again at every cycle.
-        runs = [0, *compress(range(1, len(keys)), map(ne, islice(keys, 1, None), keys))]
-        if not queue:
-            runs = []
+        runs = ([0, *compress(range(1, len(keys)), map(ne, islice(keys, 1, None), keys))]
+                if queue else [])
         if blocked:
             starts = set(runs)
             for index, job in enumerate(queue):

@@ -46,8 +46,9 @@ def pending_decisions(state: CycleState) -> list[SetPendingReason]:
     A job preempted in this cycle waits again at its old place, unless that preemption
     used up its preemption retries (it then fails and no longer waits).  The reason
     depends only on the share, unit, size and reusable pool, so it is found once per group
-    of alike jobs, and only the jobs that stand on another reason are visited: a cycle
-    costs nothing per waiting job whose reason holds (Backlog.standing)."""
+    of alike jobs.  Over a backlog kept between cycles only the jobs that stand on another
+    reason are visited (Backlog.standing): a cycle costs nothing per waiting job whose
+    reason holds.  Over a backlog of one cycle each waiting job is visited once."""
     returning: dict[str, list[Job]] = {}
     for job in state.preempted:
         if job.preemptions_left is None or job.preemptions_left > 0:
