@@ -74,6 +74,8 @@ def change_sentences(event_type: str, details: Mapping[str, Any] | None) -> list
         return ["added" if unit else "created"]
     if after is None or event_type == "SHARE_DELETED":
         return ["removed" if unit else "deleted"]
+    if not isinstance(before, Mapping) or not isinstance(after, Mapping):
+        return None  # not as events record them: shown as it is
     sentences: list[str] = []
     for key in sorted(set(before) | set(after), key=lambda key: (ORDER.get(key, len(ORDER)), key)):
         if key == "capacity_limits":

@@ -92,6 +92,8 @@ def test_bad_input_shows_the_problem_and_changes_nothing(
     assert "add up to 6" in answer.content.decode()
     assert admin.post("/what-if", form(start="soon")).status_code == 422
     assert admin.post("/what-if", form(**{f"capacity-{UNIT}": "many"})).status_code == 422
+    lend = admin.post("/what-if", form(**{"borrow-QS2": "50"}))  # QS2 is LEND
+    assert lend.status_code == 422 and "needs the strategy LEND_AND_BORROW" in lend.content.decode()
     assert state() == before
 
 

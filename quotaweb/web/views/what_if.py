@@ -184,8 +184,11 @@ def _share_change(form: QueryDict, share: dict[str, Any]) -> dict[str, Any]:
         change["capacity_limits"] = limits
     strategy = form.get(f"strategy-{name}") or share["sharing_strategy"]
     borrow = _number(form, f"borrow-{name}", f"{name}'s borrow limit")
-    if held or _edited(form, f"strategy-{name}", share["sharing_strategy"]) \
-            or _edited(form, f"borrow-{name}", share.get("borrow_limit")):
+    borrow_edited = _edited(form, f"borrow-{name}", share.get("borrow_limit"))
+    if borrow_edited and borrow is not None and strategy != "LEND_AND_BORROW":
+        raise ValidationFailed({f"borrow-{name}": [
+            f"{name}'s borrow limit needs the strategy LEND_AND_BORROW, not {strategy}."]})
+    if held or borrow_edited or _edited(form, f"strategy-{name}", share["sharing_strategy"]):
         change["sharing_strategy"] = strategy
         if strategy == "LEND_AND_BORROW":
             change["borrow_limit"] = -1 if borrow is None else borrow
