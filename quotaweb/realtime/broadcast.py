@@ -35,7 +35,7 @@ from asgiref.sync import async_to_sync, sync_to_async
 from channels.layers import BaseChannelLayer, get_channel_layer
 
 from ..models import Job, SchedulerState
-from ..read_model.events import event_dict, event_rows
+from ..read_model.events import event_rows, shown_event_dict
 from ..read_model.jobs import View, job_dict
 from ..read_model.times import iso
 from ..read_model.usage import usage_dict, usage_rows
@@ -106,7 +106,7 @@ def read_batch(limit: int) -> Batch:
     events = list(event_rows().filter(id__gt=state.broadcast_cursor)[:limit])
     samples = list(usage_rows().filter(id__gt=state.usage_cursor)[:limit])
     payloads: list[Payload] = [
-        {"type": "event", "event": event_dict(event)} for event in events
+        {"type": "event", "event": shown_event_dict(event)} for event in events
     ]
     if samples:
         payloads.append({"type": "usage", "samples": [usage_dict(s) for s in samples]})

@@ -19,7 +19,7 @@ from django.db import connection, transaction
 from django.db.models import Max, Min
 
 from ..models import Event
-from ..read_model.events import event_dict, event_rows
+from ..read_model.events import event_rows, shown_event_dict
 from ..read_model.jobs import active_job_rows, job_summary_dict
 from ..read_model.pools import live_pool_dict, live_pool_rows
 from ..read_model.usage import latest_usage_rows, usage_dict
@@ -86,7 +86,7 @@ def snapshot(last_event_id: int, secret_shares: frozenset[int] | None = frozense
 
 
 def event_message(event: Event) -> Message:
-    return {"type": "event", "event": event_dict(event)}
+    return {"type": "event", "event": shown_event_dict(event)}
 
 
 @contextmanager

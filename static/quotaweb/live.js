@@ -5,7 +5,8 @@
 // - it connects to /ws/events/?after=<the last event id the page shows>, so the server
 //   replays what happened since the page was rendered, then fetches the usage samples it
 //   missed (the websocket replays events, not samples);
-// - "event" messages go to the event feed (preemptions highlighted, with a toast), add
+// - "event" messages go to the event feed (preemptions highlighted, with a toast; a
+//   configuration change in the server's words, its `changes`, as text only), add
 //   preemption markers to timelines, and re-fetch the server-rendered fragments whose
 //   data-live-on tokens match them;
 // - "usage" messages update the share cards' figures and append points to the timeline
@@ -396,9 +397,14 @@ function describe(event) {
     case "WARM_POOL_REUSED": return [job, "'s warm pool was reused by ", jobLink(d.reused_by)];
     case "WARM_POOL_UPDATED": return [job, `: keep-alive set to ${d.keep_alive_seconds} s`];
     case "WARM_POOL_TERMINATED": return [job, `'s warm pool ended (${d.reason})`];
-    case "SHARE_UPDATED": return [`Quota share ${event.quota_share} changed: ${(d.fields || []).join(", ")}`];
+    // A configuration change that kept its values comes with the server's sentences.
+    case "SHARE_UPDATED": return [event.changes
+      ? `Quota share ${event.quota_share}: ${event.changes.join("; ")}`
+      : `Quota share ${event.quota_share} changed: ${(d.fields || []).join(", ")}`];
     case "SHARE_DELETED": return [`Quota share ${event.quota_share} deleted`];
-    case "CAPACITY_UPDATED": return [`Capacity of ${d.capacity_unit} changed`];
+    case "CAPACITY_UPDATED": return [event.changes
+      ? `Capacity of ${d.capacity_unit}: ${event.changes.join("; ")}`
+      : `Capacity of ${d.capacity_unit} changed`];
     default: return [job, ` ${event.type}`];
   }
 }

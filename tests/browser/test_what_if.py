@@ -31,10 +31,13 @@ def test_a_what_if_shows_both_configurations(signed_in: SignedIn,
     admin.fill("#what-if-end", end.strftime("%Y-%m-%dT%H:%M:%S"))
     # QS1 (limit 1, LEND_AND_BORROW) borrowed for its jobs; RESERVE cannot borrow.
     admin.select_option('select[name="strategy-QS1"]', "RESERVE")
+    admin.check('input[name="hold-QS3"]')  # today's values, held (as recorded here)
     admin.click("#what-if-form button[type=submit]")
 
     results = admin.locator("#what-if-results")
     expect(results).to_contain_text("3 jobs replayed")
+    expect(admin.locator('input[name="hold-QS3"]')).to_be_checked()  # the form as sent
+    expect(admin.locator('select[name="strategy-QS1"]')).to_have_value("RESERVE")
     wait = admin.locator('tr[data-share="QS1"][data-figure="mean_wait_seconds"]')
     expect(wait).to_have_class("differs")
     recorded = float(wait.locator('[data-column="recorded"]').inner_text())

@@ -768,3 +768,22 @@ async def test_a_refresh_pushes_the_changed_estimates_once_and_nothing_when_unch
     assert await sync_to_async(refresh_estimates_once)() is True
     for socket in (member, other):
         assert await socket.receive_nothing(0.5)
+
+
+def test_a_configuration_change_is_sent_with_its_sentences(db: None) -> None:
+    """The feed and the broadcast carry the server's words for a change that kept its
+    values (the pages show them as text), and nothing more for any other event."""
+    with transaction.atomic():
+        outbox.lock_events()
+        change, other = outbox.record_all([
+            outbox.event("SHARE_UPDATED", quota_share="QS1", details={
+                "fields": ["in_share_preemption"], "before": {"in_share_preemption": False},
+                "after": {"in_share_preemption": True}}),
+            outbox.event("SUBMITTED", quota_share="QS1")])
+    words = ["in-share preemption off → on"]
+    replayed = feed.on_connect(change.id - 1)
+    broadcast_ = broadcast.read_batch(10).payloads
+    for sent in (replayed, broadcast_):
+        assert sent[0] == {"type": "event",
+                           "event": {**event_message(change)["event"], "changes": words}}
+        assert sent[1] == event_message(other)

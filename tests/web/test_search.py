@@ -100,3 +100,35 @@ def test_the_api_filters_jobs_and_events_the_same_way(
     assert {e["job"] for e in client.get(f"/api/v1/events?job={job}").json()["events"]} == {job}
     assert client.get("/api/v1/events?type=NOT_A_TYPE").status_code == 422
     assert client.get(f"/api/v1/events?until={later}&since={later}").json()["events"] == []
+
+
+def test_the_events_page_says_a_configuration_change_in_words(
+    member: Any, client_for: ClientFor
+) -> None:
+    """A change that kept its values reads as one sentence per field, escaped (a share and
+    a unit named like markup); one recorded before values were kept keeps key=value."""
+    from quotaweb.models import Event
+
+    hostile = '<img src=x onerror="alert(1)">'
+    now = timezone.now()
+    Event.objects.create(time=now, type="SHARE_UPDATED", quota_share=hostile, details={
+        "fields": ["capacity_limits", "sharing_strategy"],  # and the borrow limit with it
+        "before": {"capacity_limits": [{"capacity_unit": UNIT, "max_capacity": 4},
+                                       {"capacity_unit": hostile, "max_capacity": 1}],
+                   "sharing_strategy": "LEND", "borrow_limit": None},
+        "after": {"capacity_limits": [{"capacity_unit": UNIT, "max_capacity": 2},
+                                      {"capacity_unit": hostile, "max_capacity": 1}],
+                  "sharing_strategy": "LEND_AND_BORROW", "borrow_limit": -1}})
+    Event.objects.create(time=now, type="CAPACITY_UPDATED", details={
+        "capacity_unit": UNIT, "before": {"max_capacity": 8}, "after": {"max_capacity": 12}})
+    Event.objects.create(time=now, type="SHARE_UPDATED", quota_share="QS9",
+                         details={"fields": ["state"]})  # recorded before values were kept
+
+    html = client_for(member).get("/events").content.decode()
+
+    changes = re.findall(r'<span class="change">([^<]*)</span>', html)
+    assert changes == ["max capacity 8 → 12", f"limit on {UNIT} 4 → 2",
+                       "strategy LEND → LEND_AND_BORROW", "borrow limit none → unlimited"]
+    assert f'{UNIT}: <span class="change">max capacity' in html
+    assert hostile not in html and "&lt;img src=x onerror=&quot;alert(1)&quot;&gt;" in html
+    assert "fields=[&#x27;state&#x27;]" in html

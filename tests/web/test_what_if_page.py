@@ -92,4 +92,48 @@ def test_bad_input_shows_the_problem_and_changes_nothing(
     assert "add up to 6" in answer.content.decode()
     assert admin.post("/what-if", form(start="soon")).status_code == 422
     assert admin.post("/what-if", form(**{f"capacity-{UNIT}": "many"})).status_code == 422
+    lend = admin.post("/what-if", form(**{"borrow-QS2": "50"}))  # QS2 is LEND
+    assert lend.status_code == 422 and "needs the strategy LEND_AND_BORROW" in lend.content.decode()
     assert state() == before
+
+
+def test_the_form_sends_what_was_edited_and_every_value_of_a_held_row(
+        world: Any, client_for: Callable[[Any], Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fields compare with what the form first showed (its hidden `shown-` twins), so an
+    untouched form sets nothing; a held share or unit sends all its values, today's
+    included, for them to hold over the whole period (recorded changes dropped)."""
+    from quotaweb.services.recorded_history import today_configuration
+    from quotaweb.web.views import what_if as page
+
+    sent: list[dict[str, Any]] = []
+
+    def spy(start: Any, end: Any, **changes: Any) -> Any:
+        sent.append(changes)
+        return real(start, end, **changes)
+
+    real = page.what_if
+    monkeypatch.setattr(page, "what_if", spy)
+    admin = client_for(world.users["admin"])
+    shown = dict(re.findall(r'<input type="hidden" name="(shown-[^"]+)" value="([^"]*)"',
+                            admin.get("/what-if").content.decode()))
+    assert shown[f"shown-limit-QS3-{UNIT}"] == "1" and shown["shown-strategy-QS2"] == "LEND"
+    today = today_configuration()
+
+    assert admin.post("/what-if", form(**shown)).status_code == 200
+    held = admin.post("/what-if", form(**shown, **{"hold-QS3": "on",
+                                                   f"hold-capacity-{UNIT}": "on"}))
+    edited = admin.post("/what-if", form(**shown, **{"strategy-QS2": "RESERVE"}))
+
+    assert held.status_code == 200 and edited.status_code == 200
+    qs3 = next(share for share in today["quota_shares"] if share["name"] == "QS3")
+    assert sent == [
+        {"capacity": [], "quota_shares": []},
+        {"capacity": today["capacity"], "quota_shares": [{
+            "name": "QS3", "capacity_limits": qs3["capacity_limits"],
+            "sharing_strategy": qs3["sharing_strategy"],
+            "in_share_preemption": qs3["in_share_preemption"]}]},
+        {"capacity": [], "quota_shares": [{"name": "QS2", "sharing_strategy": "RESERVE"}]},
+    ]
+    again = held.content.decode()  # shown again: still held, twins still the first values
+    assert re.search(r'name="hold-QS3"[^>]* checked', again)
+    assert f'name="shown-limit-QS3-{UNIT}" value="1"' in again

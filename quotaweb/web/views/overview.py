@@ -10,7 +10,7 @@ from django.shortcuts import render
 from django.utils import timezone
 
 from ...models import QuotaShare
-from ...read_model.events import event_dict, event_rows
+from ...read_model.events import event_rows, shown_event_dict
 from ...read_model.usage import usage_dict, usage_rows
 from .. import fleet_data, host_data, job_data, usage_data
 from .common import live_config, timeline_range
@@ -29,7 +29,7 @@ def overview(request: HttpRequest) -> HttpResponse:
     now = timezone.now()
     config = live_config()  # first: the page's state is at least as new as these ids
     ranged = timeline_range(request)
-    events = [event_dict(event) for event in
+    events = [shown_event_dict(event) for event in
               event_rows().filter(id__lte=config["last_event_id"])
               .order_by("-id")[:RECENT_EVENTS]]
     return render(request, "quotaweb/overview.html", {

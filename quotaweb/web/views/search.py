@@ -15,7 +15,7 @@ from scheduler.events import EventType
 
 from ...models import Job, QuotaShare
 from ...models.jobs import JobStatus
-from ...read_model.events import event_dict, event_rows
+from ...read_model.events import event_rows, shown_event_dict
 from ...services.search import filter_events, filter_jobs
 from ..ranges import parse_moment
 
@@ -78,7 +78,7 @@ def events(request: HttpRequest) -> HttpResponse:
         types=types, job_name=params.get("job_name", "").strip(), user=params.get("user"),
         **_times(params, problems))
     page = Paginator(found, EVENTS_PER_PAGE).get_page(params.get("page"))
-    rows = [{**event_dict(event), "when": event.time} for event in page.object_list]
+    rows = [{**shown_event_dict(event), "when": event.time} for event in page.object_list]
     return render(request, "quotaweb/events.html", {
         "page": page, "rows": rows, "problems": problems, "types": EVENT_TYPES,
         "chosen_types": types, **_choices(params),

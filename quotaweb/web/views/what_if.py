@@ -1,6 +1,12 @@
 """The what-if page (/what-if, administrators): pick a period and edit today's configuration;
-the recorded period is replayed with the configuration as it was and with the fields the form
-changed (services.what_if) and shown side by side."""
+the recorded period is replayed with the configuration as it was and with the fields the
+administrator set (services.what_if), shown side by side.
+
+A field is set when the administrator edited it, compared with what the form first showed
+(each input has a hidden `shown-<name>` twin, carried over when the form is shown again with
+its results), or when its share's or unit's "hold" box is ticked: then every field of the
+row holds for the whole period, today's values included, which is how to keep today's value
+where the recorded configuration of the period differed."""
 
 from __future__ import annotations
 
@@ -60,32 +66,54 @@ def what_if_page(request: HttpRequest) -> HttpResponse:
 
 
 def _editable(configuration: dict[str, Any], form: QueryDict | None) -> dict[str, Any]:
-    """The form's fields, each with today's value or, after a POST, the one posted."""
+    """The form's fields, each with today's value or, after a POST, the one posted, and
+    the value the form first showed (today's, or the posted `shown-` twin)."""
     def value(key: str, today: Any) -> Any:
         return form.get(key, today) if form is not None else today
 
-    units = [{"name": unit["capacity_unit"], "field": f"capacity-{unit['capacity_unit']}",
-              "value": value(f"capacity-{unit['capacity_unit']}", unit["max_capacity"])}
+    def field(key: str, today: Any) -> dict[str, Any]:
+        return {"field": key, "value": value(key, today), "shown": _shown(form, key, today)}
+
+    units = [{"name": unit["capacity_unit"],
+              "hold_field": f"hold-capacity-{unit['capacity_unit']}",
+              "hold": form is not None and f"hold-capacity-{unit['capacity_unit']}" in form,
+              **field(f"capacity-{unit['capacity_unit']}", unit["max_capacity"])}
              for unit in configuration["capacity"]]
     shares = []
     for share in configuration["quota_shares"]:
         name = share["name"]
+        strategy = field(f"strategy-{name}", share["sharing_strategy"])
+        borrow = field(f"borrow-{name}", share.get("borrow_limit", ""))
+        preemption = f"preemption-{name}"
         shares.append({
             "name": name,
             "limits": [{"unit": limit["capacity_unit"],
-                        "field": f"limit-{name}-{limit['capacity_unit']}",
-                        "value": value(f"limit-{name}-{limit['capacity_unit']}",
-                                       limit["max_capacity"])}
+                        **field(f"limit-{name}-{limit['capacity_unit']}",
+                                limit["max_capacity"])}
                        for limit in share["capacity_limits"]],
-            "strategy_field": f"strategy-{name}",
-            "strategy": value(f"strategy-{name}", share["sharing_strategy"]),
-            "borrow_field": f"borrow-{name}",
-            "borrow": value(f"borrow-{name}", share.get("borrow_limit", "")),
-            "preemption_field": f"preemption-{name}",
-            "preemption": (form.get(f"preemption-{name}") == "on" if form is not None
+            "strategy_field": strategy["field"], "strategy": strategy["value"],
+            "strategy_shown": strategy["shown"],
+            "borrow_field": borrow["field"], "borrow": borrow["value"],
+            "borrow_shown": borrow["shown"],
+            "preemption_field": preemption,
+            "preemption": (form.get(preemption) == "on" if form is not None
                            else share["in_share_preemption"]),
+            "preemption_shown": _shown(form, preemption, _switch(share["in_share_preemption"])),
+            "hold_field": f"hold-{name}", "hold": form is not None and f"hold-{name}" in form,
         })
     return {"units": units, "shares": shares}
+
+
+def _shown(form: QueryDict | None, key: str, today: Any) -> str:
+    """What the form first showed in field `key`: its `shown-` twin as posted, else today's
+    value (a post without twins compares with today's configuration)."""
+    if form is not None and f"shown-{key}" in form:
+        return form[f"shown-{key}"]
+    return "" if today is None else str(today)
+
+
+def _switch(on: bool) -> str:
+    return "on" if on else ""
 
 
 def _period(form: QueryDict, now: datetime) -> tuple[datetime, datetime]:
@@ -109,14 +137,27 @@ def _number(form: QueryDict, key: str, label: str) -> int | None:
                                ) from None
 
 
+def _edited(form: QueryDict, key: str, today: Any, *, checkbox: bool = False) -> bool:
+    """Whether the administrator changed field `key` from what the form first showed (a
+    field the post left out is not edited, but a checkbox left out is unticked)."""
+    if key not in form and not checkbox:
+        return False
+    return (form.get(key) or "").strip() != _shown(form, key, today).strip()
+
+
 def _changes(form: QueryDict, configuration: dict[str, Any]
              ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Only what the form changed from today's configuration."""
+    """The fields the administrator edited, and every field of a held share or unit (a
+    unit's figures the form does not show at today's values)."""
     capacity = []
     for unit in configuration["capacity"]:
         name = unit["capacity_unit"]
-        value = _number(form, f"capacity-{name}", f"The capacity of {name}")
-        if value is not None and value != unit["max_capacity"]:
+        key = f"capacity-{name}"
+        value = _number(form, key, f"The capacity of {name}")
+        if f"hold-capacity-{name}" in form:
+            capacity.append({**unit, "max_capacity": unit["max_capacity"] if value is None
+                             else value})
+        elif value is not None and _edited(form, key, unit["max_capacity"]):
             capacity.append({"capacity_unit": name, "max_capacity": value})
     shares = []
     for share in configuration["quota_shares"]:
@@ -127,24 +168,33 @@ def _changes(form: QueryDict, configuration: dict[str, Any]
 
 
 def _share_change(form: QueryDict, share: dict[str, Any]) -> dict[str, Any]:
+    """The share's edited fields, or all of them when it is held.  The strategy and the
+    borrow limit go together (the replay holds both when either is set): a blank borrow
+    limit with LEND_AND_BORROW is unlimited (-1)."""
     name, change = share["name"], {}
-    limits = []
+    held = f"hold-{name}" in form
+    limits, edited = [], False
     for limit in share["capacity_limits"]:
-        unit = limit["capacity_unit"]
-        value = _number(form, f"limit-{name}-{unit}", f"{name}'s limit on {unit}")
+        unit, key = limit["capacity_unit"], f"limit-{name}-{limit['capacity_unit']}"
+        value = _number(form, key, f"{name}'s limit on {unit}")
+        edited |= value is not None and _edited(form, key, limit["max_capacity"])
         limits.append({"capacity_unit": unit,
                        "max_capacity": limit["max_capacity"] if value is None else value})
-    if limits != share["capacity_limits"]:
+    if held or edited:
         change["capacity_limits"] = limits
     strategy = form.get(f"strategy-{name}") or share["sharing_strategy"]
-    if strategy != share["sharing_strategy"]:
-        change["sharing_strategy"] = strategy
     borrow = _number(form, f"borrow-{name}", f"{name}'s borrow limit")
-    if strategy == "LEND_AND_BORROW" and borrow is not None \
-            and borrow != share.get("borrow_limit"):
-        change["borrow_limit"] = borrow
+    borrow_edited = _edited(form, f"borrow-{name}", share.get("borrow_limit"))
+    if borrow_edited and borrow is not None and strategy != "LEND_AND_BORROW":
+        raise ValidationFailed({f"borrow-{name}": [
+            f"{name}'s borrow limit needs the strategy LEND_AND_BORROW, not {strategy}."]})
+    if held or borrow_edited or _edited(form, f"strategy-{name}", share["sharing_strategy"]):
+        change["sharing_strategy"] = strategy
+        if strategy == "LEND_AND_BORROW":
+            change["borrow_limit"] = -1 if borrow is None else borrow
     preemption = form.get(f"preemption-{name}") == "on"
-    if preemption != share["in_share_preemption"]:
+    if held or _edited(form, f"preemption-{name}", _switch(share["in_share_preemption"]),
+                           checkbox=True):
         change["in_share_preemption"] = preemption
     return change
 
