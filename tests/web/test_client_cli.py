@@ -660,8 +660,9 @@ def test_cli_report_is_the_apis_usage_report(server: LiveServer) -> None:
 
 def test_cli_what_if_compares_a_changed_limit(server: LiveServer) -> None:
     """Four 30 s jobs in QS3 (RESERVE, limit 2): two wait for the first two.  With QS3's
-    limit at 4 (and the capacity raised to make room) none waits."""
-    since = datetime.now(UTC) - timedelta(seconds=1)
+    limit at 4 (and the capacity raised to make room) none waits.  The period starts now,
+    not earlier: a job of an earlier test that ended a moment ago would be replayed too."""
+    since = datetime.now(UTC)
     qs3 = server.client("carol").queue("QS3")
     for number in range(4):
         qs3.submit(unique(f"whatif{number}"), duration_seconds=30)
