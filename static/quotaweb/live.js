@@ -13,7 +13,8 @@
 //   traces named by their meta (see figures.py), redrawn with Plotly.react;
 // - "estimates" messages (after a background refresh changed some) rewrite the estimated
 //   starts in place: every [data-estimate="<job id>"] element, in the server's own words
-//   (the message carries them: the wording lives in one place, on the server);
+//   (the message carries them); between refreshes the words count down to the moment
+//   (startsIn, the server's wording written again, and checked against it by a test);
 // - a "snapshot" (after a long disconnection) re-synchronises everything.
 // It reconnects with exponential backoff, and drops event and sample ids it already has.
 // Times are shown in the viewer's time zone.
@@ -81,6 +82,9 @@ function durationText(seconds) {
 
 function updateClocks() {
   const moment = now().getTime();
+  for (const element of document.querySelectorAll("[data-starts-at]")) {
+    element.textContent = startsIn((new Date(element.dataset.startsAt).getTime() - moment) / 1000);
+  }
   for (const element of document.querySelectorAll("[data-countdown]")) {
     const left = (new Date(element.dataset.countdown).getTime() - moment) / 1000;
     element.textContent = left > 0 ? durationText(left) : "due now";
@@ -90,6 +94,23 @@ function updateClocks() {
     const elapsed = (Date.now() - Number(element.dataset.shownAt)) / 1000;
     element.textContent = Math.floor(Number(element.dataset.countUpBase) + elapsed);
   }
+}
+
+// An estimated start in words, counting down between refreshes: the same words as
+// scheduler/forecast.py's starts_in, which the server renders and pushes (a browser test
+// compares the two over a table of durations).  Python's round() rounds halves to even.
+function roundHalfEven(value) {
+  const rounded = Math.round(value);
+  return Math.abs(value % 1) === 0.5 ? 2 * Math.round(value / 2) : rounded;
+}
+
+function startsIn(seconds) {
+  if (seconds < 30) return "starts in a moment";
+  const minutes = roundHalfEven(seconds / 60);
+  if (minutes < 60) return `starts in about ${Math.max(minutes, 1)} min`;
+  const hours = roundHalfEven(seconds / 3600);
+  if (hours < 48) return `starts in about ${hours} h`;
+  return `starts in about ${roundHalfEven(seconds / 86400)} days`;
 }
 
 // Figures ------------------------------------------------------------------------------
@@ -502,14 +523,15 @@ function showEstimate(element, item) {
   const row = element.hasAttribute("data-estimate-long") ? element.parentElement : null;
   if (row) row.hidden = !item.starts;
   if (!item.starts) return;
+  const words = document.createElement("span");
+  words.textContent = item.starts;
+  if (item.estimated_start_at) words.dataset.startsAt = item.estimated_start_at;
   if (!row) {
-    const span = document.createElement("span");
-    span.title = item.estimate_basis || "";
-    span.textContent = item.starts;
-    element.append(span);
+    words.title = item.estimate_basis || "";
+    element.append(words);
     return;
   }
-  element.append(`${item.starts}, ${item.estimate_basis}`);
+  element.append(words, `, ${item.estimate_basis}`);
   if (item.estimated_start_at) {
     const small = document.createElement("small");
     const time = document.createElement("time");
@@ -729,6 +751,7 @@ function start() {
   connect();
   setInterval(tick, TICK_MS);
   window.quotaweb = state; // for the browser tests and a curious reader
+  window.quotawebStartsIn = startsIn; // a browser test compares it with the server's words
 }
 
 if (config) {

@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
+from scheduler.forecast import starts_in
+
 from .conftest import QuotawebServer, SignedIn
 from .test_dashboard import (
     LIVE_TIMEOUT_MS,
@@ -90,3 +92,27 @@ def test_a_waiting_jobs_estimate_is_shown_and_updated_in_place_without_reload(
     _assert_not_reloaded(carol, page_navigations)
     _assert_not_reloaded(table, table_navigations)
     assert not carol.errors and not table_errors
+
+
+def test_the_words_count_down_between_refreshes_as_the_server_would_say_them(
+    signed_in: SignedIn, server: QuotawebServer
+) -> None:
+    """Between two refreshes an estimate does not change, but its words must: the page
+    says them again every second (live.js startsIn), exactly as the server does
+    (scheduler.forecast.starts_in), halves rounded to even included."""
+    page = signed_in("carol")
+    durations = [-5, 0, 29.9, 30, 89, 90, 150, 151, 3569, 3570, 3571, 5400, 9000,
+                 172_000, 172_800, 216_000, 3 * 86_400 + 43_200]
+    in_browser = page.evaluate("durations => durations.map(window.quotawebStartsIn)", durations)
+    assert in_browser == [starts_in(seconds) for seconds in durations]
+    # An element that carries its moment is rewritten by the clock, whatever it said.
+    page.evaluate("""() => {
+        const span = document.createElement("span");
+        span.id = "probe";
+        span.dataset.startsAt = new Date(Date.now() + 150_000).toISOString();
+        span.textContent = "starts in about 9 min";
+        document.body.append(span);
+    }""")
+    expect(page.locator("#probe")).to_have_text(re.compile(r"^starts in about (2|3) min$"),
+                                                timeout=LIVE_TIMEOUT_MS)
+    assert not page.errors

@@ -839,8 +839,12 @@ def test_a_waiting_job_shows_its_estimated_start_on_its_page_and_in_the_table(
     page = client.get(f"/jobs/{waiting.pk}").content.decode()
     shown = re.search(r'<dd id="job-estimate"[^>]*>(.*?)</dd>', page, re.S)
     assert shown is not None
+    # The words carry their moment, so that the page counts them down between refreshes.
+    moment = Job.objects.get(pk=waiting.pk).estimated_start_at
+    assert moment is not None
     assert shown.group(1).startswith(
-        "starts in about 4 min, when qs2_job_7 ends (qs2_job_7: its max runtime, 1 h)")
+        f'<span data-starts-at="{moment.isoformat()}">starts in about 4 min</span>, '
+        "when qs2_job_7 ends (qs2_job_7: its max runtime, 1 h)")
     table = client.get("/shares/QS1").content.decode()
     row = re.search(rf'<tr data-job="{waiting.pk}">.*?</tr>', table, re.S)
     assert row is not None and f'<td class="estimate" data-estimate="{waiting.pk}">' in row.group(0)
