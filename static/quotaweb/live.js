@@ -15,6 +15,8 @@
 //   starts in place: every [data-estimate="<job id>"] element, in the server's own words
 //   (the message carries them); between refreshes the words count down to the moment
 //   (startsIn, the server's wording written again, and checked against it by a test);
+//   after a reconnection the fragments showing estimates are fetched again (pushes are
+//   not replayed);
 // - a "snapshot" (after a long disconnection) re-synchronises everything.
 // It reconnects with exponential backoff, and drops event and sample ids it already has.
 // Times are shown in the viewer's time zone.
@@ -34,6 +36,7 @@ const state = {
   jobs: new Map(),           // job id -> {name, unit}
   retries: 0,
   skewMs: 0,                 // server clock minus this browser's clock
+  connected: false,          // whether a socket was ever open: then an open is a reconnection
   figures: [],
   ticks: 0,
 };
@@ -543,6 +546,15 @@ function showEstimate(element, item) {
   }
 }
 
+// Estimates are not events: the server replays missed events after a reconnection, not
+// the estimates it pushed meanwhile.  So after a reconnection the fragments that show any
+// are fetched again (after a long disconnection the snapshot fetches every fragment).
+function refreshEstimates() {
+  for (const element of document.querySelectorAll("[data-live-fragment]")) {
+    if (element.querySelector("[data-estimate]")) scheduleRefresh(element);
+  }
+}
+
 // The status the page shows beside an estimate: its table row's, or the job page's.
 function shownStatus(element) {
   const status = element.closest("tr")?.querySelector(".status")
@@ -714,6 +726,8 @@ function connect() {
     state.retries = 0;
     setStatus("live");
     fillUsageGap();
+    if (state.connected) refreshEstimates(); // a reconnection: pushes may have been missed
+    state.connected = true;
   });
   socket.addEventListener("message", (message) => handle(JSON.parse(message.data)));
   socket.addEventListener("close", (closed) => {

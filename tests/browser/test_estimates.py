@@ -116,3 +116,52 @@ def test_the_words_count_down_between_refreshes_as_the_server_would_say_them(
     expect(page.locator("#probe")).to_have_text(re.compile(r"^starts in about (2|3) min$"),
                                                 timeout=LIVE_TIMEOUT_MS)
     assert not page.errors
+
+
+def test_estimates_pushed_while_the_socket_was_down_are_caught_up_on_reconnection(
+    signed_in: SignedIn, server: QuotawebServer
+) -> None:
+    """The server replays missed events after a reconnection, not the estimates it pushed
+    meanwhile: the page fetches again the fragments that show estimates.  Here the page's
+    socket goes through the test, which drops the `estimates` message that moves the
+    waiting job's estimate, then closes the socket."""
+    carol = signed_in("carol")
+    _submit(carol, server, "qs3_job_1", "QS3", 1)
+    waiting = _submit(carol, server, "qs3_job_2", "QS3", 1)
+    dropped: list[str] = []
+    sockets: list[Any] = []
+
+    def through_the_test(socket: Any) -> None:
+        upstream = socket.connect_to_server()
+        sockets.append(socket)
+
+        def to_page(message: Any) -> None:
+            if '"estimates"' in str(message) and len(sockets) == 1:
+                dropped.append(str(message))  # lost, as while disconnected
+            else:
+                socket.send(message)
+
+        upstream.on_message(to_page)
+
+    carol.route_web_socket(re.compile(r"/ws/events/"), through_the_test)
+    carol.goto(f"{server.url}/jobs/{waiting}")
+    line = carol.locator("#job-estimate")
+    expect(line).to_have_text(ESTIMATE, timeout=LIVE_TIMEOUT_MS)
+    # Until the reconnection the page may learn the new estimate from nothing but the
+    # (dropped) push: the status it fetches again on qs3_job_3's events is refused.
+    _only_pushes(carol)
+
+    # A job of higher priority goes ahead; the push that would move the estimate is lost.
+    _submit(carol.context.new_page(), server, "qs3_job_3", "QS3", 5)
+    for _ in range(LIVE_TIMEOUT_MS // 100):
+        if any("qs3_job_3 ends" in message for message in dropped):
+            break
+        carol.wait_for_timeout(100)
+    assert any("qs3_job_3 ends" in message for message in dropped), dropped
+    carol.wait_for_timeout(1000)  # the page had its chance to change: it did not
+    expect(line).to_have_text(ESTIMATE)
+
+    carol.unroute(FRAGMENTS)
+    sockets[0].close()  # the page reconnects, and catches up
+    expect(line).to_have_text(MOVED, timeout=LIVE_TIMEOUT_MS)
+    assert len(sockets) >= 2 and not carol.errors
