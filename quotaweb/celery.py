@@ -51,7 +51,7 @@ app.autodiscover_tasks(["quotaweb"], related_name="tasks")
 # are ready, and the executor needs the models; nothing imports this module back.
 @worker_process_init.connect
 def _start_supervisor(**_: object) -> None:
-    from .executors.local import start_worker_supervisor
+    from .executors.local_backend import start_worker_supervisor
 
     _forget_inherited_pools()
 
@@ -77,7 +77,7 @@ def _consume_machine_queue(sender: str, instance: object, **_: object) -> None:
 
 @worker_process_shutdown.connect
 def _stop_supervisor(**_: object) -> None:
-    from .executors.local import stop_worker_supervisor
+    from .executors.local_backend import stop_worker_supervisor
 
     stop_worker_supervisor()
 

@@ -19,8 +19,12 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import close_old_connections, connection
 
-from .executors import local
+from scheduler.decisions import Preempt
+from scheduler.lifecycle import Outcome
+
+from .executors import backends, local_backend
 from .executors.queues import enqueue_launch
+from .models import Attempt
 from .realtime.broadcast import (
     Payload,
     abroadcast_pending,
@@ -40,7 +44,7 @@ Sender = Callable[[list[Payload]], object]
 
 def launch_in_process(attempt_id: int) -> object:
     """Start the attempt here (embedded mode: the server process is the executor host)."""
-    return local.start_attempt(attempt_id)
+    return backends.start(attempt_id)
 
 
 def launch_via_celery(attempt_id: int) -> object:
@@ -52,13 +56,13 @@ def start_local_executor() -> None:
     """Start this process's supervisor of local attempts, where the local executor is on:
     it reconciles what a previous run left behind before any new attempt starts."""
     if settings.QUOTAWEB["LOCAL_EXECUTOR"]:
-        local.start_worker_supervisor()
+        local_backend.start_worker_supervisor()
 
 
 def stop_local_executor() -> None:
     """Stop the supervisor: the attempts it still runs end as platform errors (retried)."""
     if settings.QUOTAWEB["LOCAL_EXECUTOR"]:
-        local.stop_worker_supervisor()
+        local_backend.stop_worker_supervisor()
 
 
 _unlaunchable: set[int] = set()
@@ -139,12 +143,27 @@ def cycle_and_launch(launch: Launcher, broadcast: Broadcaster) -> CycleReport | 
     report = tick.run_cycle(after_commit=guarded(broadcast))
     if report is None:
         return None
+    try:
+        backends.stop(preempted_attempts(report))
+    except Exception:
+        log.exception("could not ask the executors to stop the preempted attempts; they "
+                      "find them by polling")
     for attempt_id in report.to_launch:
         try:
             launch(attempt_id)
         except Exception:
             log.exception("could not launch attempt %s; retrying next cycle", attempt_id)
     return report
+
+
+def preempted_attempts(report: CycleReport) -> list[int]:
+    """The attempts this cycle preempted (their outcome was set as it committed)."""
+    jobs = [int(d.job_id) for d in report.result.decisions if isinstance(d, Preempt)]
+    if not jobs:
+        return []
+    return list(Attempt.objects.filter(job_id__in=jobs, outcome=Outcome.PREEMPTED,
+                                       stopped_at=report.started_at)
+                .values_list("pk", flat=True))
 
 
 def run_once(launch: Launcher, broadcast: Broadcaster = broadcast_here) -> bool:

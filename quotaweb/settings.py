@@ -189,6 +189,9 @@ QUOTAWEB = {
     "INSTANCES": env.string("QUOTAWEB_INSTANCES", "*" if EMBEDDED else ""),
     # The address other hosts reach this one at (MASTER_ADDR of multi-host jobs).
     "HOST_ADDRESS": env.string("QUOTAWEB_HOST_ADDRESS"),
+    # Which executor runs command jobs (quotaweb/executors/backends.py): "local" runs
+    # them on the executor hosts that declare their instances.
+    "COMMAND_EXECUTOR": env.string("QUOTAWEB_COMMAND_EXECUTOR", "local"),
     # Commands run in a sandbox as this unprivileged user (quotaweb/executors/sandbox.py).
     "JOB_USER": env.string("QUOTAWEB_JOB_USER", "quotaweb-job"),
     # "none": a job has only its own loopback; "host": the host's network.

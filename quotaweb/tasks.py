@@ -21,7 +21,7 @@ from celery import shared_task
 from django.db import DatabaseError, connection
 
 from . import runtime
-from .executors import local
+from .executors import backends
 from .executors.queues import START_ATTEMPT_TASK, enqueue_launch, redis_client
 
 log = logging.getLogger(__name__)
@@ -91,4 +91,4 @@ def refresh_estimates() -> bool:
 @shared_task(name=START_ATTEMPT_TASK, ignore_result=True)
 def start_attempt(attempt_id: int) -> None:
     """Start an attempt's process on this worker's host and return (the supervisor owns it)."""
-    local.start_attempt(attempt_id)
+    backends.start(attempt_id)

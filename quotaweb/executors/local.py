@@ -36,28 +36,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from django.conf import settings
-from django.core.exceptions import ImproperlyConfigured
-from django.db import transaction
-from django.utils import timezone
-
 from scheduler.lifecycle import Failure, Outcome
 
 from ..models import Attempt
-from ..models.jobs import Executor, JobStatus
-from ..scheduling import events, transitions
-from ..scheduling.attempts import AttemptAlreadyEnded, finish_attempt
-from . import ranks, registry
+from . import registry
 from .instances import Rank, Role
 from .logs import LogTail
 from .paths import attempt_cache_directory, attempt_log_path, work_dir
-from .sandbox import (
-    SANDBOX_UMASK,
-    IsolationUnavailable,
-    Sandbox,
-    isolation,
-    launcher_environment,
-)
+from .sandbox import SANDBOX_UMASK, Sandbox, launcher_environment
 
 log = logging.getLogger(__name__)
 
@@ -280,143 +266,3 @@ def private_directory(path: Path) -> None:
     path.mkdir(parents=True, exist_ok=True)
     with contextlib.suppress(PermissionError):
         path.chmod(0o700)
-
-
-def start_attempt(attempt_id: int) -> bool:
-    """Claim a STARTING local attempt for this host, start its command, mark it RUNNING
-    and hand it to this process's supervisor.  False when it is not ours to start
-    (another host claimed it, it ended, or it is not yet due)."""
-    from .supervisor import get_supervisor
-
-    if not settings.QUOTAWEB["LOCAL_EXECUTOR"]:
-        raise ImproperlyConfigured(
-            "The local executor is off in this process (QUOTAWEB_LOCAL_EXECUTOR): it runs "
-            "only where it is switched on."
-        )
-    supervisor = get_supervisor()
-    supervisor.start()  # reconciles this host's attempts before any new one starts
-    try:
-        sandbox = isolation()
-    except IsolationUnavailable as error:
-        _refuse_once(attempt_id, str(error))
-        return False
-    role = _our_role(attempt_id)
-    if role is None:
-        return False
-    if role.index > 0:
-        return ranks.start_rank(attempt_id, role, sandbox, supervisor)
-    attempt = _claim(attempt_id, supervisor.host_name, role.world_size)
-    if attempt is None:
-        return False
-    try:
-        process = spawn(attempt, sandbox, role)
-    except (OSError, ValueError) as error:
-        _fail_to_start(attempt, f"Could not start the command: {error}")
-        return False
-    supervisor.adopt(process)
-    if role.world_size > 1:
-        ranks.record_rank(attempt, 0, supervisor.host_name, process.pid)
-    try:
-        marked = _record_running(attempt, process.pid)
-    except Exception as error:
-        # The supervisor reaps it and ends the attempt as a platform error.
-        process.platform_failure = f"Executor could not record the start: {error}"
-        process.kill()
-        raise
-    if not marked:
-        log.info("attempt %s was stopped while it started; the supervisor stops it", attempt_id)
-    return True
-
-
-_refused: set[int] = set()
-
-
-def _refuse_once(attempt_id: int, reason: str) -> None:
-    if attempt_id not in _refused:
-        _refused.add(attempt_id)
-        log.error("attempt %s not started here: %s", attempt_id, reason)
-
-
-def _our_role(attempt_id: int) -> Role | None:
-    """What this host runs of the attempt: its rank among the hosts that declare the
-    attempt's instances, or all of it when no host declares any and this host runs
-    unlisted instances ('*'); None when none of it is this host's (never started here).
-    An attempt whose instances are partly declared and partly not fails: no host could
-    give it the undeclared ones."""
-    attempt = Attempt.objects.select_related("job").filter(pk=attempt_id).first()
-    if attempt is None:
-        return None
-    where = registry.placement_of(attempt)
-    here = registry.machine()
-    if where.ranks and where.unhosted:
-        numbers = ", ".join(f"#{n}" for n in where.unhosted)
-        _fail_to_start(attempt, UNDECLARED.format(numbers=numbers, unit=attempt.job.instance_type))
-        return None
-    if not where.ranks:
-        if not registry.declaration().hosts_unlisted:
-            return None
-        return Role(0, Rank(here, tuple(where.unhosted), ()), (here,), registry.address())
-    hosts = tuple(where.hosts)
-    if here not in hosts:
-        return None
-    index = hosts.index(here)
-    master = registry.address() if index == 0 else registry.address_of(hosts[0])
-    return Role(index, where.ranks[index], hosts, master)
-
-
-def _claim(attempt_id: int, host: str, world_size: int = 1) -> Attempt | None:
-    now = timezone.now()
-    attempt = Attempt.objects.select_related("job__quota_share", "warm_pool").filter(
-        pk=attempt_id
-    ).first()
-    if (attempt is None or attempt.job.executor != Executor.LOCAL
-            or attempt.job.status != JobStatus.STARTING):
-        return None
-    log_path = str(attempt_log_path(attempt))
-    # The compare-and-swap is on the attempt's own columns only, so that PostgreSQL
-    # re-checks all of them when two hosts race for the row.  running_at is set only as
-    # the job goes STARTING, and a terminate or preemption sets the outcome in the same
-    # transaction as it moves the job, so these columns say "STARTING and still open".
-    claimed = Attempt.objects.filter(
-        pk=attempt_id, pid__isnull=True, outcome__isnull=True, running_at__lte=now,
-    ).update(host=host, pid=CLAIMED, log_path=log_path, heartbeat_at=now,
-             world_size=world_size)
-    if not claimed:
-        return None
-    attempt.host, attempt.pid, attempt.log_path = host, CLAIMED, log_path
-    return attempt
-
-
-def _record_running(attempt: Attempt, pid: int) -> bool:
-    """Record the pid and mark the attempt RUNNING.  False when a terminate or preemption
-    came first: the supervisor then sees the outcome and stops the process."""
-    with transaction.atomic():
-        events.lock_events()
-        Attempt.objects.filter(pk=attempt.pk).update(pid=pid)
-        return transitions.mark_running(attempt, timezone.now())
-
-
-def _fail_to_start(attempt: Attempt, reason: str) -> None:
-    log.error("attempt %s: %s", attempt.pk, reason)
-    with transaction.atomic():
-        events.lock_events()
-        with contextlib.suppress(AttemptAlreadyEnded):
-            finish_attempt(attempt, Outcome.FAILED, timezone.now(),
-                           failure=Failure.PLATFORM_ERROR, reason=reason)
-
-
-def start_worker_supervisor(**_: object) -> None:
-    """Celery hook: start this worker process's supervisor (reconciling what the process
-    that had its host name before it left behind) where the local executor is on."""
-    from .supervisor import get_supervisor
-
-    if settings.QUOTAWEB["LOCAL_EXECUTOR"]:
-        get_supervisor().start()
-
-
-def stop_worker_supervisor(**_: object) -> None:
-    """Celery hook: stop the supervisor as the worker process shuts down; its running
-    attempts are killed and end as platform errors (retried by the rules)."""
-    from .supervisor import get_supervisor
-
-    get_supervisor().stop()

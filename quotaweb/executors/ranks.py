@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Iterator
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -32,13 +32,9 @@ from ..models import Attempt, AttemptRank
 from ..models.jobs import JobStatus
 from ..scheduling import events
 from ..scheduling.attempts import AttemptAlreadyEnded, finish_attempt
-from ..scheduling.transitions import fail_on_platform
-
-if TYPE_CHECKING:
-    from .instances import Role
-    from .local import LocalProcess
-    from .sandbox import Sandbox
-    from .supervisor import Supervisor
+from .base import AttemptReport
+from .instances import Role
+from .local import LocalProcess
 
 log = logging.getLogger(__name__)
 
@@ -47,25 +43,7 @@ RANK_NOT_STARTED = "No executor started rank(s) {ranks} within {seconds} s."
 OPEN = (JobStatus.STARTING, JobStatus.RUNNING)
 
 
-def start_rank(attempt_id: int, role: Role, sandbox: Sandbox, supervisor: Supervisor) -> bool:
-    """Claim and start this host's rank (1 and up) of a multi-host attempt."""
-    from .local import spawn
-
-    attempt = _claim_rank(attempt_id, role, supervisor.host_name)
-    if attempt is None:
-        return False
-    try:
-        process = spawn(attempt, sandbox, role)
-    except (OSError, ValueError) as error:
-        fail(attempt, f"Rank {role.index} could not start its command: {error}",
-             Failure.PLATFORM_ERROR)
-        return False
-    supervisor.adopt(process)
-    AttemptRank.objects.filter(attempt_id=attempt_id, rank=role.index).update(pid=process.pid)
-    return True
-
-
-def _claim_rank(attempt_id: int, role: Role, host: str) -> Attempt | None:
+def claim_rank(attempt_id: int, role: Role, host: str) -> Attempt | None:
     now = timezone.now()
     attempt = Attempt.objects.select_related("job__quota_share", "warm_pool").filter(
         pk=attempt_id, outcome__isnull=True, running_at__lte=now, job__status__in=OPEN,
@@ -81,6 +59,10 @@ def _claim_rank(attempt_id: int, role: Role, host: str) -> Attempt | None:
         return None
     Attempt.objects.filter(pk=attempt_id).update(world_size=role.world_size)
     return attempt
+
+
+def record_pid(attempt_id: int, rank: int, pid: int) -> None:
+    AttemptRank.objects.filter(attempt_id=attempt_id, rank=rank).update(pid=pid)
 
 
 def record_rank(attempt: Attempt, rank: int, host: str, pid: int) -> None:
@@ -125,15 +107,16 @@ def fail(attempt: Attempt, reason: str, failure: Failure | None,
                            reason=reason, exit_code=exit_code)
 
 
-def expire(now: datetime) -> None:
-    """Platform failures of multi-host attempts (called by the transitions, under the
+def expire(now: datetime) -> Iterator[AttemptReport]:
+    """Platform failures of multi-host attempts (the local executor's poll, under the
     event lock): a rank whose host stopped heartbeating, or ranks never started."""
     lease = timedelta(seconds=settings.QUOTAWEB["HEARTBEAT_LEASE_SECONDS"])
     for rank in AttemptRank.objects.select_related(
         "attempt__job__quota_share", "attempt__warm_pool"
     ).filter(attempt__outcome__isnull=True, exit_code__isnull=True,
              heartbeat_at__lt=now - lease):
-        fail_on_platform(rank.attempt, now, LOST_RANK.format(rank=rank.rank, host=rank.host))
+        yield AttemptReport.platform_error(rank.attempt_id, now,
+                                           LOST_RANK.format(rank=rank.rank, host=rank.host))
     timeout = timedelta(seconds=settings.QUOTAWEB["CLAIM_TIMEOUT_SECONDS"])
     short = Attempt.objects.select_related("job__quota_share", "warm_pool").annotate(
         started_ranks=Count("ranks")
@@ -143,7 +126,8 @@ def expire(now: datetime) -> None:
         started = set(AttemptRank.objects.filter(attempt=attempt).values_list("rank", flat=True))
         missing = ", ".join(str(r) for r in range(attempt.world_size) if r not in started)
         seconds = int(timeout.total_seconds())
-        fail_on_platform(attempt, now, RANK_NOT_STARTED.format(ranks=missing, seconds=seconds))
+        yield AttemptReport.platform_error(
+            attempt.pk, now, RANK_NOT_STARTED.format(ranks=missing, seconds=seconds))
 
 
 def orphans(host: str) -> list[AttemptRank]:

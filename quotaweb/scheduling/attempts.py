@@ -1,19 +1,24 @@
-"""What happens in the database when an attempt ends: scheduler.effects decides it by the
-pure rules of scheduler.lifecycle (retried or final, what becomes of its instances,
-docs/semantics.md 4, 6); quotaweb.scheduling.effects writes it.
+"""What happens in the database when an attempt starts running or ends (every executor
+reports through these, quotaweb/executors/base.py).  As it ends, scheduler.effects
+decides what follows by the pure rules of scheduler.lifecycle (retried or final, what
+becomes of its instances, docs/semantics.md 4, 6); quotaweb.scheduling.effects writes it.
 
 Callers hold a transaction with the event lock (events.lock_events()).
 """
 
 from __future__ import annotations
 
+import contextlib
 from datetime import datetime
 
 from scheduler.decisions import PoolTermination
 from scheduler.effects import attempt_finished, pool_ended, settle
+from scheduler.events import Running
 from scheduler.lifecycle import Failure, Outcome
 
 from ..models import Attempt, Job, WarmPool
+from ..models.jobs import JobStatus
+from . import events
 from .effects import Writer, available, ending, warm_room
 
 
@@ -39,6 +44,27 @@ def finish_attempt(
     if outcome is not Outcome.SUCCEEDED:
         job.refresh_from_db()
     return job
+
+
+def mark_running(attempt: Attempt, at: datetime) -> bool:
+    """STARTING → RUNNING (the attempt's started_at is this moment); False when the job
+    was no longer STARTING (stopped meanwhile)."""
+    updated = Job.objects.filter(pk=attempt.job_id, status=JobStatus.STARTING).update(
+        status=JobStatus.RUNNING, started_at=at
+    )
+    if not updated:
+        return False
+    Attempt.objects.filter(pk=attempt.pk).update(started_at=at, heartbeat_at=at)
+    events.emit(Running(), job=attempt.job, time=at)
+    return True
+
+
+def fail_on_platform(attempt: Attempt, now: datetime, reason: str) -> None:
+    """End an open attempt as a platform error (retried by the rules); one that ended
+    meanwhile stays as it ended."""
+    with contextlib.suppress(AttemptAlreadyEnded):
+        finish_attempt(attempt, Outcome.FAILED, now, failure=Failure.PLATFORM_ERROR,
+                       reason=reason)
 
 
 def release(job: Job, attempt: Attempt, at: datetime, *, leaves: bool) -> None:

@@ -35,6 +35,7 @@ from scheduler.effects import (
 from scheduler.lifecycle import Outcome
 from scheduler.model import JobStatus as EngineJobStatus
 
+from ..executors.paths import attempt_cache_directory
 from ..models import Attempt, CapacityUnit, Job, WarmPool, WarmPoolSegment
 from ..models.jobs import QUEUED_STATUSES, JobStatus
 from ..models.warm_pools import PoolStatus
@@ -278,7 +279,5 @@ def _new_pool(job: Job, attempt: Attempt, chain_start: datetime) -> WarmPool:
 
 def _cache_directory_for(attempt: Attempt) -> str:
     """The cache directory the attempt ran with (the local executor made it), if any."""
-    from ..executors.paths import attempt_cache_directory
-
     path = attempt_cache_directory(attempt)
     return str(path) if path is not None else ""

@@ -22,8 +22,8 @@ from django.utils import timezone
 
 from scheduler.events import Submitted
 
+from ..executors import backends
 from ..models import Job, QuotaShare
-from ..models.jobs import Executor
 from ..models.shares import ShareState
 from ..scheduling import events
 from .errors import Conflict, Forbidden, ServiceError, ValidationFailed
@@ -156,7 +156,7 @@ def _write(user: User | None, checked: list[Item]) -> list[tuple[Job, bool]]:
             jobs = Job.objects.bulk_create([
                 Job(**item.cleaned, quota_share=item.share, submitted_by=_stored_user(user),
                     request_fingerprint=item.fingerprint,
-                    executor=Executor.LOCAL if item.cleaned["command"] else Executor.SIMULATED)
+                    executor=backends.kind_for(item.cleaned["command"]))
                 for item in new
             ])
             events.record_all([events.of(Submitted(), job=job, time=job.created_at)

@@ -21,8 +21,9 @@ from scheduler.events import PriorityUpdated, Submitted, WarmPoolUpdated
 from scheduler.lifecycle import Outcome, keep_alive_expiry, leaves_warm_pool
 from scheduler.model import JobStatus as EngineJobStatus
 
+from ..executors import backends
 from ..models import Attempt, Job, QuotaShare, WarmPool, WarmPoolSegment
-from ..models.jobs import ACTIVE_STATUSES, Executor
+from ..models.jobs import ACTIVE_STATUSES
 from ..models.shares import ShareState
 from ..models.warm_pools import PoolStatus
 from ..scheduling import events
@@ -53,15 +54,15 @@ DEFAULT_TERMINATE_REASON = "Terminated by user"
 
 def refuse_unisolated_commands() -> None:
     """Where this process runs commands itself (the embedded mode), a command job is
-    refused up front when they cannot be isolated here, rather than queued to fail: a
-    command never runs unisolated (docs/executors.md, Isolation)."""
-    from ..executors.sandbox import isolation_problem
-
+    refused up front when its executor cannot run them here (no sandbox, no resource
+    limits), rather than queued to fail: a command never runs unisolated
+    (docs/executors.md, Isolation)."""
     if settings.REDIS_URL or not settings.QUOTAWEB["LOCAL_EXECUTOR"]:
         return  # executor workers elsewhere; one that cannot isolate never claims it
-    problem = isolation_problem()
-    if problem is not None:
-        raise Conflict("COMMAND_JOBS_DISABLED", f"Command jobs are off on this server. {problem}")
+    availability = backends.command_executor().availability()
+    if not availability.can_run:
+        raise Conflict("COMMAND_JOBS_DISABLED",
+                       f"Command jobs are off on this server. {availability.why}")
 
 
 def submit_job(user: User | None, **fields: Any) -> tuple[Job, bool]:
@@ -100,7 +101,7 @@ def submit_job(user: User | None, **fields: Any) -> tuple[Job, bool]:
                   request_fingerprint=fingerprint,
                   submitted_priority=cleaned["priority"],
                   submitted_keep_alive_seconds=cleaned["keep_alive_seconds"],
-                  executor=Executor.LOCAL if cleaned["command"] else Executor.SIMULATED)
+                  executor=backends.kind_for(cleaned["command"]))
         if token is None:
             # Only a client_token can clash (one_job_per_client_token): without one there
             # is no savepoint to pay for, two round trips fewer under the event lock.
@@ -238,6 +239,10 @@ def end_job(job: Job, reason: str, now: datetime, *, pool_ends_with_share: bool 
     effects = job_terminated(state, now.timestamp(), reason, warm_room(job), stop_by=stop_by,
                              pool_ends_with_share=pool_ends_with_share)
     Writer(now, jobs=[job], attempt=attempt).apply(effects)
+    if attempt is not None:
+        # Its executor stops the work once this commits (and finds it by polling anyway).
+        stopped = attempt.pk
+        transaction.on_commit(lambda: backends.stop([stopped]))
     job.refresh_from_db()
     return job
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import psycopg
 
+from quotaweb.executors.local_backend import LOST_HEARTBEAT
 from quotaweb.executors.supervisor import EXECUTOR_RESTARTED
-from quotaweb.scheduling.transitions import LOST_HEARTBEAT
 
 from .harness import UNIT, System, hard_kill, wait_for
 

@@ -17,7 +17,8 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
-from quotaweb.executors.local import run_directory, start_attempt
+from quotaweb.executors.local import run_directory
+from quotaweb.executors.local_backend import start_attempt
 from quotaweb.executors.supervisor import (
     EXECUTOR_RESTARTED,
     EXECUTOR_STOPPED,
@@ -38,7 +39,8 @@ from quotaweb.models import (
 from quotaweb.models.jobs import JobStatus
 from quotaweb.models.shares import Strategy
 from quotaweb.models.warm_pools import PoolStatus
-from quotaweb.scheduling import events, transitions
+from quotaweb.scheduling import events
+from quotaweb.scheduling.attempts import mark_running
 from quotaweb.scheduling.tick import run_cycle
 from quotaweb.services.jobs import terminate_job
 
@@ -365,7 +367,7 @@ def _as_if_running(attempt: Attempt, host: str, pid: int) -> None:
     with transaction.atomic():
         events.lock_events()
         Attempt.objects.filter(pk=attempt.pk).update(host=host, pid=pid)
-        assert transitions.mark_running(attempt, timezone.now())
+        assert mark_running(attempt, timezone.now())
 
 
 def test_at_start_up_the_attempts_a_previous_process_left_running_fail_and_are_retried(

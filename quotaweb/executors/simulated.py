@@ -1,0 +1,58 @@
+"""The simulated executor: nothing runs.  A job's `duration_seconds` is played out by the
+engine's pure lifecycle (scheduler.lifecycle.simulated_work_end), so the live system and
+the simulator agree on when a simulated attempt runs and ends (docs/semantics.md 4)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime
+
+from scheduler.lifecycle import simulated_work_end
+
+from ..models import Attempt
+from ..models.jobs import Executor as ExecutorKind
+from ..models.jobs import JobStatus
+from ..scheduling.clock import to_engine
+from .base import AttemptReport, Availability, LogChunk
+
+
+class SimulatedExecutor:
+    """Runs no process: RUNNING at the attempt's `running_at`, ENDED at its work's end."""
+
+    kind = ExecutorKind.SIMULATED.value
+    launched = False
+
+    def availability(self) -> Availability:
+        return Availability.ok()  # it runs no command, so nothing can be missing
+
+    def start(self, attempt_id: int) -> bool:
+        return False  # never launched: poll starts its attempts
+
+    def stop(self, attempt_id: int, grace_seconds: float) -> None:
+        return None  # nothing runs
+
+    def poll(self, now: datetime) -> Iterator[AttemptReport]:
+        """The attempts due to run, then those whose work is over.  The caller applies
+        each report before taking the next, so an attempt that starts here and whose work
+        is already over (a zero duration) ends in the same poll."""
+        due = Attempt.objects.filter(
+            outcome__isnull=True, job__status=JobStatus.STARTING,
+            job__executor=self.kind, running_at__lte=now,
+        ).values_list("id", "running_at")
+        for attempt_id, running_at in list(due):
+            yield AttemptReport.running(attempt_id, running_at or now)
+        running = Attempt.objects.select_related("job").filter(
+            outcome__isnull=True, job__status=JobStatus.RUNNING, job__executor=self.kind,
+        )
+        for attempt in list(running):
+            job = attempt.job
+            started = to_engine(attempt.started_at) or now.timestamp()
+            end = simulated_work_end(started, job.duration_seconds or 0,
+                                     job.max_runtime_seconds)
+            if end.at > now.timestamp():
+                continue
+            yield AttemptReport.ended(attempt.pk, datetime.fromtimestamp(end.at, now.tzinfo),
+                                      end.outcome, failure=end.failure, reason=end.reason)
+
+    def logs(self, attempt_id: int, after: int = 0, limit: int = 1000) -> LogChunk:
+        return LogChunk([], after)  # a simulated job prints nothing
