@@ -200,6 +200,13 @@ QUOTAWEB = {
     "LOG_LIMIT_BYTES": env.integer("QUOTAWEB_LOG_LIMIT_BYTES", 64 * 1024 * 1024, low=1024),
     # A command attempt that no executor has started this long after it was due fails.
     "CLAIM_TIMEOUT_SECONDS": env.integer("QUOTAWEB_CLAIM_TIMEOUT_SECONDS", 300, low=1),
+    # The Slurm executor (quotaweb/executors/slurm/config.py), off while SLURM_UNITS is
+    # empty: which units Slurm runs and what an instance is there, which node holds which
+    # instances, how a job asks for exactly its GPUs, and where output files go.
+    "SLURM_UNITS": env.string("QUOTAWEB_SLURM_UNITS", ""),
+    "SLURM_NODES": env.string("QUOTAWEB_SLURM_NODES", ""),
+    "SLURM_GPU_TYPE": env.string("QUOTAWEB_SLURM_GPU_TYPE", ""),
+    "SLURM_WORK_DIR": env.string("QUOTAWEB_SLURM_WORK_DIR"),
 }
 
 AUTH_PASSWORD_VALIDATORS = [
