@@ -353,9 +353,10 @@ def _follow_stop(row: dict[str, object], state: commands.JobState | None,
         else:
             _terminate(job_id)
         return
-    code = commands.exit_code(job_id) if state is not None else None
+    code = states.shell_exit_code(commands.exit_code(job_id)) if state is not None else None
+    # -1: Slurm gave no exit code (a node failure, a purged job); the attempt is settled.
     Attempt.objects.filter(pk=row["pk"], exit_code__isnull=True).update(
-        exit_code=states.shell_exit_code(code) if code is not None else -1)
+        exit_code=-1 if code is None else code)
     _terminated.discard(job_id)
 
 

@@ -45,6 +45,9 @@ def shell_exit_code(code: tuple[int, int] | None) -> int | None:
     if code is None:
         return None
     status, signal = code
+    if signal > 64:
+        # Not a signal: Slurm's own mark (0:125 after an out-of-memory kill).
+        return status or None
     return 128 + signal if signal and not status else status
 
 
