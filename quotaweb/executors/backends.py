@@ -19,8 +19,10 @@ from ..models.jobs import Executor as ExecutorKind
 from .base import Executor
 from .local_backend import LocalExecutor
 from .simulated import SimulatedExecutor
+from .slurm.backend import SlurmExecutor
+from .slurm.backend import runs as slurm_runs
 
-_BUILT_IN: tuple[Executor, ...] = (SimulatedExecutor(), LocalExecutor())
+_BUILT_IN: tuple[Executor, ...] = (SimulatedExecutor(), LocalExecutor(), SlurmExecutor())
 _executors: dict[str, Executor] = {executor.kind: executor for executor in _BUILT_IN}
 
 
@@ -50,9 +52,15 @@ def command_kind() -> str:
     return str(settings.QUOTAWEB.get("COMMAND_EXECUTOR") or ExecutorKind.LOCAL.value)
 
 
-def kind_for(command: str | None) -> str:
-    """The kind a new job runs on: its command's executor, or simulated without one."""
-    return command_kind() if command else ExecutorKind.SIMULATED.value
+def kind_for(command: str | None, capacity_unit: str | None = None) -> str:
+    """The kind a new job runs on: Slurm for a command on a capacity unit the operator
+    mapped to Slurm (QUOTAWEB_SLURM_UNITS), else its command's executor, or simulated
+    without a command."""
+    if not command:
+        return ExecutorKind.SIMULATED.value
+    if capacity_unit is not None and slurm_runs(capacity_unit):
+        return ExecutorKind.SLURM.value
+    return command_kind()
 
 
 def command_executor() -> Executor:

@@ -13,6 +13,7 @@ TERMINAL_STATUSES = (JobStatus.SUCCEEDED, JobStatus.FAILED)
 class Executor(models.TextChoices):
     SIMULATED = "simulated"
     LOCAL = "local"
+    SLURM = "slurm"  # a command job of a capacity unit mapped to Slurm (executors/slurm)
 
 
 class Job(models.Model):

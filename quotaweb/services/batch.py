@@ -130,8 +130,9 @@ def _check_values(user: User | None, items: Sequence[object],
     if problems:
         raise ValidationFailed(problems, f"{_count_items(problems)} of {len(items):,} jobs "
                                          "cannot be submitted; nothing was submitted.")
-    if any(item.cleaned.get("command") for item in checked):
-        refuse_unisolated_commands()
+    for unit in sorted({item.cleaned["instance_type"] for item in checked
+                        if item.cleaned.get("command")}):
+        refuse_unisolated_commands(unit)
     return checked
 
 
@@ -156,7 +157,8 @@ def _write(user: User | None, checked: list[Item]) -> list[tuple[Job, bool]]:
             jobs = Job.objects.bulk_create([
                 Job(**item.cleaned, quota_share=item.share, submitted_by=_stored_user(user),
                     request_fingerprint=item.fingerprint,
-                    executor=backends.kind_for(item.cleaned["command"]))
+                    executor=backends.kind_for(
+                        item.cleaned["command"], item.cleaned["instance_type"]))
                 for item in new
             ])
             events.record_all([events.of(Submitted(), job=job, time=job.created_at)

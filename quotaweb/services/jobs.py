@@ -52,14 +52,15 @@ DEFAULT_TERMINATE_REASON = "Terminated by user"
 # Submitting ----------------------------------------------------------------------------
 
 
-def refuse_unisolated_commands() -> None:
+def refuse_unisolated_commands(capacity_unit: str | None = None) -> None:
     """Where this process runs commands itself (the embedded mode), a command job is
-    refused up front when its executor cannot run them here (no sandbox, no resource
-    limits), rather than queued to fail: a command never runs unisolated
-    (docs/executors.md, Isolation)."""
+    refused up front when its executor (the local sandbox, or Slurm for a unit mapped to
+    it) cannot run them here, rather than queued to fail: a command never runs
+    unisolated (docs/executors.md, Isolation)."""
     if settings.REDIS_URL or not settings.QUOTAWEB["LOCAL_EXECUTOR"]:
         return  # executor workers elsewhere; one that cannot isolate never claims it
-    availability = backends.command_executor().availability()
+    kind = backends.kind_for("command", capacity_unit)
+    availability = backends.executor_for(kind).availability()
     if not availability.can_run:
         raise Conflict("COMMAND_JOBS_DISABLED",
                        f"Command jobs are off on this server. {availability.why}")
@@ -86,7 +87,7 @@ def submit_job(user: User | None, **fields: Any) -> tuple[Job, bool]:
                             "may submit jobs to it.")
         cleaned = validate_submission(fields, share)
         if cleaned.get("command"):
-            refuse_unisolated_commands()
+            refuse_unisolated_commands(cleaned["instance_type"])
         # Taken only now, to keep the section that submissions pass one at a time short:
         # the checks above need no lock.  The share's state is read again under it, as a
         # share disabled meanwhile (under the same lock) accepts nothing more.
@@ -101,7 +102,7 @@ def submit_job(user: User | None, **fields: Any) -> tuple[Job, bool]:
                   request_fingerprint=fingerprint,
                   submitted_priority=cleaned["priority"],
                   submitted_keep_alive_seconds=cleaned["keep_alive_seconds"],
-                  executor=backends.kind_for(cleaned["command"]))
+                  executor=backends.kind_for(cleaned["command"], cleaned["instance_type"]))
         if token is None:
             # Only a client_token can clash (one_job_per_client_token): without one there
             # is no savepoint to pay for, two round trips fewer under the event lock.

@@ -1,8 +1,8 @@
 """The Slurm executor against the real one-node cluster that scripts/slurm-cluster starts
-(.ci/run does): rows in PostgreSQL, the real cycle (`run_cycle`), the Slurm backend's
-`start` for each attempt the cycle reports due and its poll after every cycle, real
-`sbatch` jobs on fake GPUs.  A cluster that is not up fails every test here with how to
-start it.  Waits are generous and nothing asserts speed."""
+(.ci/run does): rows in PostgreSQL, the runtime loop's own step (`cycle_and_launch`: the
+cycle, which polls every executor, then `backends.start` for each attempt due and the
+stop nudges), real `sbatch` jobs on fake GPUs.  A cluster that is not up fails every test
+here with how to start it.  Waits are generous and nothing asserts speed."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from quotaweb import runtime
 from quotaweb.executors.slurm import backend, commands
 from quotaweb.models import (
     Attempt,
@@ -30,8 +31,7 @@ from quotaweb.models import (
 )
 from quotaweb.models.jobs import JobStatus
 from quotaweb.models.shares import Strategy
-from quotaweb.scheduling.tick import run_cycle
-from quotaweb.services.jobs import terminate_job
+from quotaweb.services.jobs import submit_job, terminate_job
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -96,15 +96,12 @@ def make_share(*, capacity: int = 4, preemption: bool = False) -> QuotaShare:
 
 def submit(share: QuotaShare, command: str, **fields: Any) -> Job:
     return Job.objects.create(name=fields.pop("name", "job"), quota_share=share,
-                              instance_type=UNIT, executor="local", command=command, **fields)
+                              instance_type=UNIT, executor="slurm", command=command, **fields)
 
 
 def cycle() -> None:
-    """A cycle, Slurm starts for what is due, then the Slurm poll."""
-    report = run_cycle()
-    for attempt_id in report.to_launch if report else []:
-        backend.start(attempt_id)
-    backend.poll_and_apply()
+    """What the embedded runtime loop does every second."""
+    runtime.cycle_and_launch(runtime.launch_in_process, lambda: None)
 
 
 def wait_for(condition: Callable[[], Any], what: str, timeout: float = TIMEOUT) -> Any:
@@ -279,3 +276,22 @@ def test_killing_slurmd_is_a_platform_error_and_the_attempt_is_retried(
     assert status_of(job) == "SUCCEEDED"
     retry = attempts(job)[-1]
     assert retry.number == 2 and "finished" in lines(retry)
+
+
+def test_a_command_job_submitted_to_a_slurm_unit_runs_there_with_its_log_in_the_api(
+    slurm: Path, admin: Any, client_for: Callable[[Any], Any],
+) -> None:
+    share = make_share()
+    job, _ = submit_job(admin, name="via-services", quota_share=share.name,
+                        instance_type=UNIT, command='echo "hello from $(hostname -s)"')
+    assert job.executor == "slurm", "a command on a unit mapped to Slurm goes to Slurm"
+    wait_for(lambda: ended(job), "the job to end")
+    assert status_of(job) == "SUCCEEDED"
+    attempt = attempts(job)[0]
+    assert attempt.host == f"slurm:{NODE}" and attempt.exit_code == 0
+    response = client_for(admin).get(f"/api/v1/jobs/{job.pk}/logs")
+    assert response.status_code == 200
+    assert [line["text"] for line in response.json()["lines"]] == [f"hello from {NODE}"]
+    other_unit = submit_job(admin, name="simulated", quota_share=share.name,
+                            instance_type=UNIT, duration_seconds=1)[0]
+    assert other_unit.executor == "simulated"

@@ -32,8 +32,6 @@ import logging
 import os
 import pwd
 import shlex
-from collections.abc import Iterable
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -45,15 +43,17 @@ from django.utils import timezone
 from scheduler.lifecycle import Failure, Outcome
 
 from ...models import Attempt
+from ...models.jobs import Executor as ExecutorKind
 from ...models.jobs import JobStatus
-from ...scheduling import events, transitions
+from ...scheduling import events
 from ...scheduling.attempts import AttemptAlreadyEnded, finish_attempt
+from ..base import AttemptReport, Availability, LogChunk
 from ..instances import Placement
 from ..logs import LogTail
+from ..reports import stored_logs
 from . import commands, states
 from .commands import SlurmUnavailable
 from .config import SlurmMap, enabled, slurm_map, work_dir
-from .states import Ending
 
 log = logging.getLogger(__name__)
 
@@ -65,16 +65,6 @@ MASTER_PORT_BASE, MASTER_PORT_SPAN = 29500, 10000
 # How long after its end a stopped attempt's job is still asked for its exit code.
 EXIT_CODE_WINDOW = timedelta(hours=1)
 OPEN = (JobStatus.STARTING, JobStatus.RUNNING)
-
-
-@dataclass(frozen=True)
-class Report:
-    """What the poll saw of one attempt: it runs from `at`, or it ended (`ending`)."""
-
-    attempt_id: int
-    at: datetime
-    ending: Ending | None = None
-    started_at: datetime | None = None  # of an ending: when Slurm started the job
 
 
 def runs(capacity_unit: str) -> bool:
@@ -110,7 +100,7 @@ def start(attempt_id: int) -> bool:
     """Claim a due attempt of a Slurm unit and submit it; False when it is not ours to
     start.  A submission Slurm refuses ends the attempt as a platform error."""
     mapping = slurm_map()
-    attempt = _claim(attempt_id, mapping)
+    attempt = _claim(attempt_id)
     if attempt is None:
         return False
     placement = mapping.placement(attempt.job.instance_type,
@@ -133,12 +123,12 @@ def start(attempt_id: int) -> bool:
     return True
 
 
-def _claim(attempt_id: int, mapping: SlurmMap) -> Attempt | None:
+def _claim(attempt_id: int) -> Attempt | None:
     now = timezone.now()
     attempt = Attempt.objects.select_related("job__quota_share", "warm_pool").filter(
         pk=attempt_id).first()
-    if (attempt is None or not attempt.job.command or attempt.job.status != JobStatus.STARTING
-            or not mapping.runs(attempt.job.instance_type)):
+    if (attempt is None or attempt.job.executor != ExecutorKind.SLURM
+            or attempt.job.status != JobStatus.STARTING):
         return None
     log_path = str(_attempt_directory_path(attempt) / "output.log")
     # The same compare-and-swap as the local executor's claim (quotaweb.executors.local).
@@ -301,17 +291,22 @@ def _kill(job_id: int) -> None:
 _tails: dict[int, LogTail] = {}
 
 
-def poll(now: datetime) -> list[Report]:
+def poll(now: datetime) -> list[AttemptReport]:
     """What changed in the Slurm attempts; stops the jobs of stopped attempts on time and
-    ships their logs.  SlurmUnavailable when the controller does not answer (nothing is
-    decided then: the heartbeat lease decides if it stays away)."""
+    ships their logs.  One squeue call for all of them, an scontrol call per job that
+    ended.  While slurmctld does not answer nothing is decided, until an attempt's lease
+    (HEARTBEAT_LEASE_SECONDS since Slurm last said its job lives) runs out."""
+    reports = _unclaimed(now)
     rows = list(Attempt.objects.filter(host__startswith=HOST_PREFIX, pid__gt=CLAIMED).filter(
         _open_or_stopped(now)).values(
-        "pk", "pid", "outcome", "kill_at", "log_path", "job__status", "exit_code"))
+        "pk", "pid", "outcome", "kill_at", "log_path", "job__status", "heartbeat_at"))
     if not rows:
-        return []
-    found = commands.states(int(row["pid"]) for row in rows)
-    reports: list[Report] = []
+        return reports
+    try:
+        found = commands.states(int(row["pid"]) for row in rows)
+    except SlurmUnavailable as error:
+        log.warning("Slurm poll: %s", error)
+        return reports + _lost(rows, now, str(error))
     alive: list[int] = []
     for row in rows:
         job_id, attempt_id = int(row["pid"]), int(row["pk"])
@@ -322,19 +317,58 @@ def poll(now: datetime) -> list[Report]:
             _follow_stop(row, state, now)
             continue
         if state is None:
-            reports.append(Report(attempt_id, now, states.unknown(job_id)))
+            reports.append(_report(attempt_id, now, states.unknown(job_id)))
             continue
+        started = state.started_at or now
         if open_in_slurm:
             alive.append(attempt_id)
             if state.state in states.RUNNING and row["job__status"] == JobStatus.STARTING:
-                reports.append(Report(attempt_id, state.started_at or now))
+                reports.append(AttemptReport.running(attempt_id, started))
             continue
-        code = commands.exit_code(job_id)
-        reports.append(Report(attempt_id, state.ended_at or now, states.ending(state, code),
-                              state.started_at))
+        if row["job__status"] == JobStatus.STARTING:
+            # It ran and ended between two polls: it was RUNNING first.
+            reports.append(AttemptReport.running(attempt_id, started))
+        ending = states.ending(state, commands.exit_code(job_id))
+        if ending is not None:
+            reports.append(_report(attempt_id, state.ended_at or now, ending))
     if alive:
         Attempt.objects.filter(pk__in=alive).update(heartbeat_at=now)
     return reports
+
+
+def _report(attempt_id: int, at: datetime, ending: states.Ending) -> AttemptReport:
+    if ending.outcome != Outcome.SUCCEEDED:
+        log.warning("attempt %s: %s", attempt_id, ending.reason)
+    return AttemptReport.ended(attempt_id, at, ending.outcome, failure=ending.failure,
+                               reason=ending.reason, exit_code=ending.exit_code)
+
+
+def _lost(rows: list[dict[str, object]], now: datetime, error: str) -> list[AttemptReport]:
+    """Slurm did not answer: the open attempts it has not vouched for within the lease are
+    platform errors (as a local host that stops heartbeating)."""
+    lease = timedelta(seconds=settings.QUOTAWEB["HEARTBEAT_LEASE_SECONDS"])
+    return [
+        AttemptReport.platform_error(int(str(row["pk"])), now,
+                                     f"Lost contact with Slurm within the lease: {error}")
+        for row in rows
+        if row["outcome"] is None and isinstance(row["heartbeat_at"], datetime)
+        and row["heartbeat_at"] < now - lease
+    ]
+
+
+def _unclaimed(now: datetime) -> list[AttemptReport]:
+    """A Slurm attempt no launcher submitted within CLAIM_TIMEOUT_SECONDS of being due,
+    or whose claimer died before it recorded the Slurm job: a platform error."""
+    timeout = timedelta(seconds=settings.QUOTAWEB["CLAIM_TIMEOUT_SECONDS"])
+    stuck = Attempt.objects.filter(
+        Q(pid__isnull=True) | Q(pid=CLAIMED), outcome__isnull=True,
+        job__status=JobStatus.STARTING, job__executor=ExecutorKind.SLURM,
+        running_at__lt=now - timeout,
+    ).values_list("pk", flat=True)
+    seconds = int(timeout.total_seconds())
+    return [AttemptReport.platform_error(attempt_id, now,
+                                         f"No launcher submitted it to Slurm within {seconds} s")
+            for attempt_id in stuck]
 
 
 def _open_or_stopped(now: datetime) -> Q:
@@ -375,39 +409,6 @@ def _ship_log(attempt_id: int, log_path: object, *, final: bool) -> None:
         _tails.pop(attempt_id, None)
 
 
-def apply(reports: Iterable[Report]) -> None:
-    """Apply the poll's reports, each under the event lock: RUNNING marks the attempt
-    started; an ending ends it through the one compare-and-swap (finish_attempt), and is
-    ignored when someone else ended it first."""
-    for report in reports:
-        with transaction.atomic():
-            events.lock_events()
-            attempt = Attempt.objects.select_related("job__quota_share", "warm_pool").filter(
-                pk=report.attempt_id, outcome__isnull=True).first()
-            if attempt is None:
-                continue
-            if report.ending is None:
-                transitions.mark_running(attempt, report.at)
-                continue
-            ending = report.ending
-            if attempt.job.status == JobStatus.STARTING:
-                # It ran and ended between two polls: it was RUNNING first.
-                transitions.mark_running(attempt, report.started_at or report.at)
-                attempt.job.refresh_from_db()
-            if ending.outcome != Outcome.SUCCEEDED:
-                log.warning("attempt %s: %s", attempt.pk, ending.reason)
-            with contextlib.suppress(AttemptAlreadyEnded):
-                finish_attempt(attempt, ending.outcome, report.at, failure=ending.failure,
-                               reason=ending.reason, exit_code=ending.exit_code)
-
-
-def poll_and_apply(now: datetime | None = None) -> int:
-    """One round (what a runtime loop calls every second); the number of reports."""
-    reports = poll(now or timezone.now())
-    apply(reports)
-    return len(reports)
-
-
 def _fail(attempt: Attempt, reason: str) -> None:
     log.error("attempt %s: %s", attempt.pk, reason)
     with transaction.atomic():
@@ -415,3 +416,30 @@ def _fail(attempt: Attempt, reason: str) -> None:
         with contextlib.suppress(AttemptAlreadyEnded):
             finish_attempt(attempt, Outcome.FAILED, timezone.now(),
                            failure=Failure.PLATFORM_ERROR, reason=reason)
+
+
+class SlurmExecutor:
+    """Command jobs of the capacity units mapped to Slurm, as sbatch jobs (this module)."""
+
+    kind = ExecutorKind.SLURM.value
+    launched = True
+
+    def availability(self) -> Availability:
+        problem = availability()
+        return Availability.not_here(problem) if problem else Availability.ok()
+
+    def start(self, attempt_id: int) -> bool:
+        return start(attempt_id)
+
+    def stop(self, attempt_id: int, grace_seconds: float) -> None:
+        """SIGTERM now (the poll kills the job at the attempt's kill_at, which is when
+        `grace_seconds` runs out)."""
+        stop(attempt_id)
+
+    def poll(self, now: datetime) -> list[AttemptReport]:
+        if not enabled():
+            return []
+        return poll(now)
+
+    def logs(self, attempt_id: int, after: int = 0, limit: int = 1000) -> LogChunk:
+        return stored_logs(attempt_id, after, limit)
