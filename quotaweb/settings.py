@@ -14,6 +14,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from . import env
+from .executors.slurm.config import build_map as build_slurm_map
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(env.string("QUOTAWEB_DATA_DIR", str(BASE_DIR / "data")) or BASE_DIR / "data")
@@ -208,6 +209,9 @@ QUOTAWEB = {
     "SLURM_GPU_TYPE": env.string("QUOTAWEB_SLURM_GPU_TYPE", ""),
     "SLURM_WORK_DIR": env.string("QUOTAWEB_SLURM_WORK_DIR"),
 }
+# A bad Slurm map stops the start-up with its reason (only Django's exception is imported).
+build_slurm_map(str(QUOTAWEB["SLURM_UNITS"] or ""), str(QUOTAWEB["SLURM_NODES"] or ""),
+                str(QUOTAWEB["SLURM_GPU_TYPE"] or ""))
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},

@@ -150,9 +150,16 @@ def _key(item: Declared) -> tuple[str, int]:
 
 def slurm_map() -> SlurmMap:
     """The map from settings (cheap: parsed on every call, so tests can change settings)."""
-    units = parse_units(str(settings.QUOTAWEB.get("SLURM_UNITS") or ""))
-    instances = parse_nodes(str(settings.QUOTAWEB.get("SLURM_NODES") or ""))
-    gpu_type = str(settings.QUOTAWEB.get("SLURM_GPU_TYPE") or "")
+    return build_map(str(settings.QUOTAWEB.get("SLURM_UNITS") or ""),
+                     str(settings.QUOTAWEB.get("SLURM_NODES") or ""),
+                     str(settings.QUOTAWEB.get("SLURM_GPU_TYPE") or ""))
+
+
+def build_map(units_text: str, nodes_text: str, gpu_type: str) -> SlurmMap:
+    """Parse and check the three settings together (quotaweb/settings.py calls this at
+    start-up, so a bad map stops the server with its reason rather than a submission)."""
+    units = parse_units(units_text)
+    instances = parse_nodes(nodes_text)
     if gpu_type and "{index}" not in gpu_type:
         raise ImproperlyConfigured(
             "QUOTAWEB_SLURM_GPU_TYPE must contain {index} (for example i{index}).")
