@@ -225,6 +225,28 @@ def test_a_scancel_from_outside_ends_the_attempt_with_that_reason(slurm: Path) -
     assert "cancelled in Slurm" in (job.status_reason or "")
 
 
+def test_terminating_a_job_slurm_has_not_started_yet_cancels_it_there(slurm: Path) -> None:
+    # A job from outside Quotaweb takes every CPU of the node, so Slurm keeps ours pending.
+    outside = commands.submit([f"--nodelist={NODE}", "--exclusive", "--mem=64M",
+                               "--uid=quotaweb-job", "--gid=quotaweb-job", "--export=NONE",
+                               "--output=/dev/null", "--time=0:02:00"], "#!/bin/sh\nsleep 120\n")
+    try:
+        share = make_share()
+        job = submit(share, "echo should not run")
+        wait_for(lambda: (attempts(job) and attempts(job)[0].pid or 0) > 0
+                 and slurm_state(attempts(job)[0]) == "PENDING", "Slurm to queue the job")
+        terminate_job(job)
+        attempt = attempts(job)[0]
+        wait_for(lambda: slurm_state(attempt) == "CANCELLED", "Slurm to cancel it")
+        wait_for(lambda: Attempt.objects.get(pk=attempt.pk).exit_code is not None,
+                 "the attempt's exit code")
+        attempt.refresh_from_db()
+        assert attempt.outcome == "TERMINATED" and status_of(job) == "FAILED"
+        assert not logged(job, "should not run")
+    finally:
+        commands.cancel(outside)
+
+
 # `tail` keeps its whole input when it has no newline: a plain shell memory hog.
 MEMORY_HOG = "echo hogging; head -c 1G /dev/zero | tail > /dev/null && echo survived"
 

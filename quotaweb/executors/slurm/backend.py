@@ -263,17 +263,23 @@ def stop(attempt_id: int) -> None:
         _terminate(int(job_id))
 
 
-def _terminate(job_id: int) -> None:
+def _terminate(job_id: int, state: commands.JobState | None = None) -> None:
+    """SIGTERM to a running job; a job Slurm has not started is cancelled outright (it
+    never ran, and scancel would only retry a signal to it for seconds)."""
     if job_id in _terminated:
         return
     try:
-        commands.signal_job(job_id, "TERM")
-    except SlurmUnavailable as error:
-        # A job still pending cannot be signalled; it never ran, so cancel it outright.
-        if "pending" not in str(error).lower():
-            log.warning("Slurm job %s: SIGTERM not sent: %s", job_id, error)
+        if state is None:
+            state = commands.states([job_id]).get(job_id)
+        if state is None or not states.is_open(state.state):
             return
-        _kill(job_id)
+        if state.state in states.WAITING:
+            commands.cancel(job_id)
+        else:
+            commands.signal_job(job_id, "TERM")
+    except SlurmUnavailable as error:
+        log.warning("Slurm job %s: not stopped yet: %s", job_id, error)
+        return
     _terminated.add(job_id)
 
 
@@ -382,10 +388,10 @@ def _follow_stop(row: dict[str, object], state: commands.JobState | None,
     job_id = int(str(row["pid"]))
     if state is not None and states.is_open(state.state):
         kill_at = row["kill_at"]
-        if isinstance(kill_at, datetime) and now >= kill_at:
+        if state.state not in states.WAITING and isinstance(kill_at, datetime) and now >= kill_at:
             _kill(job_id)
         else:
-            _terminate(job_id)
+            _terminate(job_id, state)
         return
     code = states.shell_exit_code(commands.exit_code(job_id)) if state is not None else None
     # -1: Slurm gave no exit code (a node failure, a purged job); the attempt is settled.
