@@ -55,7 +55,9 @@ def run(argv: Sequence[str], *, stdin: str | None = None) -> str:
     except OSError as error:
         raise SlurmUnavailable(f"{argv[0]} could not run: {error}") from None
     if done.returncode != 0:
-        message = (done.stderr or done.stdout).strip().splitlines()
+        # The last line that says something (scontrol ping frames its answer in stars).
+        message = [line.strip() for line in (done.stderr + done.stdout).splitlines()
+                   if any(character.isalnum() for character in line)]
         raise SlurmUnavailable(f"{' '.join(argv[:2])} failed: "
                                f"{message[-1] if message else f'exit {done.returncode}'}")
     return done.stdout
@@ -123,7 +125,11 @@ def cancel(job_id: int) -> None:
 
 def ping() -> None:
     """SlurmUnavailable unless the controller answers."""
-    output = run(["scontrol", "ping"])
+    try:
+        output = run(["scontrol", "ping"])
+    except SlurmUnavailable as error:
+        raise SlurmUnavailable(f"slurmctld is down or unreachable (scontrol ping: {error})"
+                               ) from None
     if "UP" not in output:
         raise SlurmUnavailable(f"slurmctld is not up: {output.strip()}")
 
