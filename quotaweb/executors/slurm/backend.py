@@ -34,6 +34,7 @@ import pwd
 import shlex
 from datetime import datetime, timedelta
 from pathlib import Path
+from secrets import token_hex
 
 from django.conf import settings
 from django.db import transaction
@@ -130,7 +131,7 @@ def _claim(attempt_id: int) -> Attempt | None:
     if (attempt is None or attempt.job.executor != ExecutorKind.SLURM
             or attempt.job.status != JobStatus.STARTING):
         return None
-    log_path = str(_attempt_directory_path(attempt) / "output.log")
+    log_path = str(_new_attempt_directory_path(attempt) / "output.log")
     # The same compare-and-swap as the local executor's claim (quotaweb.executors.local).
     claimed = Attempt.objects.filter(
         pk=attempt_id, pid__isnull=True, outcome__isnull=True, running_at__lte=now,
@@ -153,8 +154,16 @@ def _one_node(attempt: Attempt, placement: Placement) -> str:
     return placement.ranks[0].host
 
 
+def _new_attempt_directory_path(attempt: Attempt) -> Path:
+    """A directory name no other job can guess: every Slurm job runs as the same job user,
+    so what keeps one job out of another's output is that the parents cannot be listed
+    and the name has a random part."""
+    return work_dir() / f"job-{attempt.job_id}" / f"attempt-{attempt.number}-{token_hex(8)}"
+
+
 def _attempt_directory_path(attempt: Attempt) -> Path:
-    return work_dir() / f"job-{attempt.job_id}" / f"attempt-{attempt.number}"
+    """The directory chosen at the claim (where its log_path is)."""
+    return Path(attempt.log_path).parent
 
 
 def _attempt_directory(attempt: Attempt) -> Path:
