@@ -20,6 +20,8 @@ from datetime import UTC, datetime
 log = logging.getLogger(__name__)
 
 COMMAND_TIMEOUT_SECONDS = 30
+# The poll's commands run inside the cycle: a controller that hangs must not hold it long.
+POLL_TIMEOUT_SECONDS = 10
 ENVIRONMENT = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
                "LANG": "C.UTF-8"}
 # squeue --format: job id, state, reason, start, end, nodes; "|" never occurs in these.
@@ -42,16 +44,16 @@ class JobState:
     nodes: str
 
 
-def run(argv: Sequence[str], *, stdin: str | None = None) -> str:
+def run(argv: Sequence[str], *, stdin: str | None = None,
+        timeout: float = COMMAND_TIMEOUT_SECONDS) -> str:
     """Run one Slurm command; its standard output, or SlurmUnavailable with its error."""
     if shutil.which(argv[0], path=ENVIRONMENT["PATH"]) is None:
         raise SlurmUnavailable(f"{argv[0]} is not installed (Debian package slurm-client)")
     try:
         done = subprocess.run(list(argv), input=stdin, capture_output=True, text=True,
-                              env=ENVIRONMENT, timeout=COMMAND_TIMEOUT_SECONDS, check=False)
+                              env=ENVIRONMENT, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
-        raise SlurmUnavailable(f"{argv[0]} did not answer within "
-                               f"{COMMAND_TIMEOUT_SECONDS} s") from None
+        raise SlurmUnavailable(f"{argv[0]} did not answer within {timeout:.0f} s") from None
     except OSError as error:
         raise SlurmUnavailable(f"{argv[0]} could not run: {error}") from None
     if done.returncode != 0:
@@ -82,7 +84,7 @@ def states(job_ids: Iterable[int]) -> dict[int, JobState]:
     argv = ["squeue", "--noheader", "--states=all", f"--format={SQUEUE_FORMAT}",
             f"--jobs={','.join(str(i) for i in ids)}"]
     try:
-        output = run(argv)
+        output = run(argv, timeout=POLL_TIMEOUT_SECONDS)
     except SlurmUnavailable as error:
         # squeue exits 1, saying nothing or "Invalid job id", when it knows none of them.
         if str(error).endswith("exit 1") or "Invalid job id" in str(error):
@@ -102,7 +104,8 @@ def states(job_ids: Iterable[int]) -> dict[int, JobState]:
 def exit_code(job_id: int) -> tuple[int, int] | None:
     """The job's (exit status, signal) from `scontrol show job`, None when unknown."""
     try:
-        output = run(["scontrol", "--oneliner", "show", "job", str(job_id)])
+        output = run(["scontrol", "--oneliner", "show", "job", str(job_id)],
+                     timeout=POLL_TIMEOUT_SECONDS)
     except SlurmUnavailable:
         return None
     for field in output.split():
@@ -115,18 +118,18 @@ def exit_code(job_id: int) -> tuple[int, int] | None:
 
 def signal_job(job_id: int, signal: str) -> None:
     """Send a signal to every process of the job, its batch script included (--full)."""
-    run(["scancel", f"--signal={signal}", "--full", str(job_id)])
+    run(["scancel", f"--signal={signal}", "--full", str(job_id)], timeout=POLL_TIMEOUT_SECONDS)
 
 
 def cancel(job_id: int) -> None:
     """Cancel the job (pending or running): Slurm's SIGTERM, then SIGKILL after KillWait."""
-    run(["scancel", str(job_id)])
+    run(["scancel", str(job_id)], timeout=POLL_TIMEOUT_SECONDS)
 
 
 def ping() -> None:
     """SlurmUnavailable unless the controller answers."""
     try:
-        output = run(["scontrol", "ping"])
+        output = run(["scontrol", "ping"], timeout=POLL_TIMEOUT_SECONDS)
     except SlurmUnavailable as error:
         raise SlurmUnavailable(f"slurmctld is down or unreachable (scontrol ping: {error})"
                                ) from None
