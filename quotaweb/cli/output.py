@@ -93,10 +93,11 @@ def job_line(job: Json, now: datetime | None = None) -> str:
 
 
 def describe_text(job: Json) -> str:
-    executor = (f"local: {job['command']}" if job.get("executor") == "local"
+    kind = job.get("executor")
+    executor = (f"{kind}: {job['command']}" if kind in ("local", "slurm")
                 else f"simulated, {job.get('duration_seconds')} s of work")
-    if job.get("executor") == "local" and job.get("command") is None:
-        executor = "local (command hidden)"
+    if kind in ("local", "slurm") and job.get("command") is None:
+        executor = f"{kind} (command hidden)"
     pending = job.get("pending_reason")
     summary = job["preemption_summary"]
     facts = [

@@ -311,9 +311,13 @@ def test_a_command_job_submitted_to_a_slurm_unit_runs_there_with_its_log_in_the_
     assert status_of(job) == "SUCCEEDED"
     attempt = attempts(job)[0]
     assert attempt.host == f"slurm:{NODE}" and attempt.exit_code == 0
-    response = client_for(admin).get(f"/api/v1/jobs/{job.pk}/logs")
+    client = client_for(admin)
+    response = client.get(f"/api/v1/jobs/{job.pk}/logs")
     assert response.status_code == 200
     assert [line["text"] for line in response.json()["lines"]] == [f"hello from {NODE}"]
+    page = client.get(f"/jobs/{job.pk}/log-tail")
+    assert page.status_code == 200 and f"hello from {NODE}" in page.content.decode()
+    assert "slurm" in client.get(f"/jobs/{job.pk}").content.decode()
     other_unit = submit_job(admin, name="simulated", quota_share=share.name,
                             instance_type=UNIT, duration_seconds=1)[0]
     assert other_unit.executor == "simulated"
