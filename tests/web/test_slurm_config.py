@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from quotaweb.executors.slurm import backend, config, states
+from quotaweb.executors.slurm import backend, config, states, submission
 from quotaweb.executors.slurm.commands import JobState
 
 UNITS = "ml.g5.xlarge=gpu,gpus=1,cpus=4,memory=16G; ml.c5.xlarge=cpu,cpus=2,memory=512"
@@ -93,8 +93,8 @@ def test_a_cancel_quotaweb_did_not_ask_for_says_so_and_open_states_are_not_ends(
 
 
 def test_gpus_are_asked_for_by_type_when_the_cluster_types_each_gpu() -> None:
-    assert backend._gres(("2", "3"), "i{index}") == "gpu:i2:1,gpu:i3:1"
-    assert backend._gres(("2", "3"), "") == "gpu:2"
-    assert backend._gres((), "i{index}") == ""
-    assert backend._duration(90) == "0:01:30"
-    assert backend._duration(86_400) == "24:00:00"
+    assert submission._gres(("2", "3"), "i{index}") == "gpu:i2:1,gpu:i3:1"
+    assert submission._gres(("2", "3"), "") == "gpu:2"
+    assert submission._gres((), "i{index}") == ""
+    assert submission._duration(90) == "0:01:30"
+    assert submission._duration(86_400) == "24:00:00"
