@@ -321,3 +321,17 @@ def test_a_command_job_submitted_to_a_slurm_unit_runs_there_with_its_log_in_the_
     other_unit = submit_job(admin, name="simulated", quota_share=share.name,
                             instance_type=UNIT, duration_seconds=1)[0]
     assert other_unit.executor == "simulated"
+
+
+def test_an_attempt_whose_instances_span_nodes_is_refused_as_a_platform_error(
+    slurm: Path, settings: Any,
+) -> None:
+    settings.QUOTAWEB = {**settings.QUOTAWEB,
+                         "SLURM_NODES": f"{NODE}: {UNIT}=0-1 | other-node: {UNIT}=2-3@0-1"}
+    share = make_share()
+    job = submit(share, "echo never", instance_count=4, retry_attempts=1)
+    wait_for(lambda: ended(job), "the job to end")
+    attempt = attempts(job)[0]
+    assert attempt.outcome == "FAILED" and attempt.failure == "PLATFORM_ERROR"
+    assert "its instances are on 2 nodes" in (attempt.status_reason or "")
+    assert not commands.states([attempt.pid or 0])
