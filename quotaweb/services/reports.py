@@ -15,6 +15,10 @@ Accounting and 6 Warm pools).  The report page, its CSV, `GET /api/v1/reports/us
   (ended in it).
 - Wait: from submission to first dispatch, for the jobs first dispatched in the period;
   its mean and its 95th percentile (nearest rank).
+
+A report is cut at now: the newest sample's level holds only until now, never into the
+future (a "this month" report taken mid-month counts the days so far), and a period that
+lies wholly in the future has no rows.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db.models import Max
+from django.utils import timezone
 
 from scheduler.events import EventType
 
@@ -124,9 +129,14 @@ def _waits(start: datetime, end: datetime) -> dict[Key, list[float]]:
     return waits
 
 
-def usage_report(start: datetime, end: datetime, quota_share: str | None = None) -> list[Row]:
+def usage_report(start: datetime, end: datetime, quota_share: str | None = None,
+                 now: datetime | None = None) -> list[Row]:
     """One row per (share, unit) with usage or activity in [start, end), by share then
-    unit; its fields are COLUMNS."""
+    unit; its fields are COLUMNS.  Only [start, min(end, now)) is counted: what has not
+    happened yet is not billed."""
+    end = min(end, now or timezone.now())
+    if end <= start:
+        return []
     series = _samples(start, end, quota_share)
     suffered, caused = _preemptions(start, end)
     counts = _jobs(start, end)

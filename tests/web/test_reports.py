@@ -24,23 +24,26 @@ UNIT = "ml.g5.xlarge"
 ClientFor = Callable[[Any], Client]
 
 
-def _submit(name: str, share: str, priority: int) -> Job:
+def _submit(name: str, share: str, priority: int, at: datetime) -> Job:
+    """A job submitted at `at` (its creation time set back, as the cycles are)."""
     job, _ = submit_job(None, name=name, quota_share=share, instance_type=UNIT,
                         priority=priority, duration_seconds=3600)
+    Job.objects.filter(pk=job.pk).update(created_at=at)
     return job
 
 
 @pytest.fixture
 def reclaim(walkthrough_config: Any) -> tuple[datetime, datetime]:
     """high and med dispatched 10 s after `start` (med borrowing QS2's instance); qs2_job_1
-    reclaims it 600 s later; the period ends 1,210 s after `start`."""
+    reclaims it 600 s later; the period ends 1,210 s after `start`.  All of it an hour ago:
+    a report counts nothing after now."""
     CapacityUnit.objects.filter(name=UNIT).update(cold_start_seconds=0)
-    start = timezone.now()
-    _submit("qs1_job_high", "QS1", 3)
-    _submit("qs1_job_med", "QS1", 2)
+    start = timezone.now() - timedelta(hours=1)
+    _submit("qs1_job_high", "QS1", 3, start)
+    _submit("qs1_job_med", "QS1", 2, start)
     for second in (10, 11, 12):
         run_cycle(now=start + timedelta(seconds=second))
-    _submit("qs2_job_1", "QS2", 1)
+    _submit("qs2_job_1", "QS2", 1, start)
     run_cycle(now=start + timedelta(seconds=610))
     assert Job.objects.get(name="qs1_job_med").preempted_count == 1
     return start, start + timedelta(seconds=1210)
@@ -83,6 +86,29 @@ def test_a_period_after_the_reclaim_sees_only_what_held_then(
     assert rows["QS1"]["own_instance_hours"] == pytest.approx(300 / 3600, abs=1e-3)
     assert rows["QS1"]["borrowed_instance_hours"] == 0
     assert rows["QS1"]["preemptions_suffered_cross_share"] == 0
+
+
+def test_a_report_is_cut_at_now_and_a_future_period_is_empty(
+    walkthrough_config: Any, member: Any, client_for: ClientFor
+) -> None:
+    """A share using an instance now: tomorrow's report has no rows (on the API, the page,
+    the CSV), and a period running into the future counts only the hour so far."""
+    CapacityUnit.objects.filter(name=UNIT).update(cold_start_seconds=0)
+    start = timezone.now() - timedelta(hours=1)
+    _submit("running", "QS1", 1, start)
+    run_cycle(now=start)
+    tomorrow = start + timedelta(days=1, hours=1)
+    assert usage_report(tomorrow, tomorrow + timedelta(days=1)) == []
+    client = client_for(member)
+    future = _query((tomorrow, tomorrow + timedelta(days=1)))
+    assert client.get(f"/api/v1/reports/usage?{future}").json()["rows"] == []
+    csv_rows = client.get(f"/reports/usage.csv?{future}").content.decode().splitlines()
+    assert len(csv_rows) == 1  # the header alone
+    assert 'data-row="QS1|' not in client.get(f"/reports/usage?{future}").content.decode()
+    # An hour in the past and a day in the future: the hour so far, not 25 hours.
+    api = client.get(f"/api/v1/reports/usage?{_query((start, tomorrow))}").json()
+    qs1 = {row["quota_share"]: row for row in api["rows"]}["QS1"]
+    assert qs1["in_use_instance_hours"] == pytest.approx(1.0, abs=0.01)
 
 
 def test_the_95th_percentile_is_the_nearest_rank() -> None:
