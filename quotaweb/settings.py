@@ -15,6 +15,7 @@ from pathlib import Path
 
 from . import env
 from .executors.slurm.config import build_map as build_slurm_map
+from .private_data import private_file, private_folder, private_sqlite, write_private
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(env.string("QUOTAWEB_DATA_DIR", str(BASE_DIR / "data")) or BASE_DIR / "data")
@@ -27,12 +28,10 @@ HTTPS = env.boolean("QUOTAWEB_HTTPS", False)
 
 def _embedded_secret_key() -> str:
     """A key generated once into the data folder, so sessions survive restarts."""
-    DATA_DIR.mkdir(parents=True, exist_ok=True)
-    path = DATA_DIR / "secret_key"
+    path = private_folder(DATA_DIR) / "secret_key"
     if not path.exists():
-        path.write_text(secrets.token_urlsafe(50))
-        path.chmod(0o600)
-    return path.read_text().strip()
+        write_private(path, secrets.token_urlsafe(50))
+    return private_file(path).read_text().strip()
 
 
 if EMBEDDED:
@@ -122,11 +121,16 @@ if DATABASE_URL:
         )
     }
 else:
-    DATA_DIR.mkdir(parents=True, exist_ok=True)
+    # The database holds the sessions: the folder and the files are the server's alone,
+    # made so here at every start (quotaweb/private_data.py).
+    private_folder(DATA_DIR)
+    SQLITE_PATH = Path(env.string("QUOTAWEB_SQLITE_PATH", str(DATA_DIR / "quotaweb.sqlite3"))
+                       or DATA_DIR / "quotaweb.sqlite3")
+    private_sqlite(SQLITE_PATH)
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
-            "NAME": env.string("QUOTAWEB_SQLITE_PATH", str(DATA_DIR / "quotaweb.sqlite3")),
+            "NAME": str(SQLITE_PATH),
             # WAL lets readers proceed while the cycle writes; the busy timeout makes a
             # writer wait for the lock instead of failing at once.
             "OPTIONS": {

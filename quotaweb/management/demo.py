@@ -28,6 +28,7 @@ from django.db.models import QuerySet
 from ..models import CapacityUnit, Job, QuotaShare, WarmPool
 from ..models.jobs import TERMINAL_STATUSES
 from ..models.warm_pools import PoolStatus
+from ..private_data import private_folder, write_private
 from ..services import configuration, jobs
 
 log = logging.getLogger(__name__)
@@ -76,9 +77,9 @@ def _stored_passwords() -> dict[str, str]:
 
 def _store_passwords(passwords: dict[str, str]) -> None:
     path = passwords_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(passwords, indent=2, sort_keys=True) + "\n")
-    path.chmod(0o600)  # plain-text demo passwords: readable by their owner only
+    # Plain-text demo passwords: readable by their owner only, in the private data folder.
+    private_folder(path.parent)
+    write_private(path, json.dumps(passwords, indent=2, sort_keys=True) + "\n")
 
 
 def setup() -> list[DemoUser]:
