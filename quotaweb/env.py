@@ -76,6 +76,28 @@ def networks(name: str, default: list[str]) -> list[str]:
     return items
 
 
+# What a sign-in's failures are counted by, in our words and in django-axes' own.
+LOCK_PARTS = {"username": "username", "address": "ip_address"}
+
+
+def lockout(name: str, default: str) -> list[str | list[str]]:
+    """django-axes' AXES_LOCKOUT_PARAMETERS from comma-separated groups of `username` and
+    `address` joined by `+`: "username+address" counts the failures of a username from
+    one address together; "username,address" counts per username and per address apart."""
+    groups: list[str | list[str]] = []
+    for group in csv(name, [default]):
+        parts = [part.strip() for part in group.split("+")]
+        if not all(part in LOCK_PARTS for part in parts) or len(set(parts)) != len(parts):
+            raise ImproperlyConfigured(
+                f"{name} must be comma-separated groups of username and address joined by +"
+                f" (username+address), not {group!r}.")
+        named = [LOCK_PARTS[part] for part in parts]
+        groups.append(named[0] if len(named) == 1 else named)
+    if not groups:
+        raise ImproperlyConfigured(f"{name} must name at least one group (username+address).")
+    return groups
+
+
 POOL_WAIT_SECONDS = 30
 
 

@@ -77,17 +77,20 @@ MIDDLEWARE = [
 ]
 
 # Sign-in throttling (django-axes): after QUOTAWEB_SIGN_IN_FAILURE_LIMIT failed sign-ins for
-# one username, or from one address, further sign-ins for it (or from it) are refused
-# with 429 until QUOTAWEB_SIGN_IN_WINDOW_SECONDS have passed since the last failure; the
-# right password then signs in again.  Failures are kept in the database, so every web
-# process counts the same ones.  Bearer tokens do not sign in and are not counted.
+# one username from one address, further sign-ins for that username from that address are
+# refused with 429 until QUOTAWEB_SIGN_IN_WINDOW_SECONDS have passed since the last failure;
+# the right password then signs in again.  Counting the two together means that a stranger
+# who tries a user's name from an address of their own pauses it there only, never for the
+# user everywhere (QUOTAWEB_SIGN_IN_LOCK_BY changes what is counted: README).  Failures are
+# kept in the database, so every web process counts the same ones.  Bearer tokens do not
+# sign in and are not counted.
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
 ]
 AXES_FAILURE_LIMIT = env.integer("QUOTAWEB_SIGN_IN_FAILURE_LIMIT", 5, low=1)
 AXES_COOLOFF_TIME = timedelta(seconds=env.integer("QUOTAWEB_SIGN_IN_WINDOW_SECONDS", 900, low=1))
-AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]  # either one locks out
+AXES_LOCKOUT_PARAMETERS = env.lockout("QUOTAWEB_SIGN_IN_LOCK_BY", "username+address")
 AXES_RESET_ON_SUCCESS = True
 # Tries during the pause do not prolong it: the window is what the setting says.
 AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False

@@ -1,7 +1,8 @@
-"""Sign-in throttling (issue 11, item 4; django-axes): after AXES_FAILURE_LIMIT failed
-sign-ins for one username, or from one address, sign-in for it is refused with a clear
-429 page, even with the right password, until the window (QUOTAWEB_SIGN_IN_WINDOW_SECONDS)
-has passed; a success resets the count."""
+"""Sign-in throttling (issue 11, item 4; issue 25, item 5; django-axes): after
+AXES_FAILURE_LIMIT failed sign-ins for one username from one address, sign-in for that
+username from that address is refused with a clear 429 page, even with the right password,
+until the window (QUOTAWEB_SIGN_IN_WINDOW_SECONDS) has passed; a success resets the count.
+The user still signs in from any other address: a stranger cannot lock them out."""
 
 from __future__ import annotations
 
@@ -31,12 +32,12 @@ def sign_in(username: str, password: str, address: str = "10.0.0.1") -> Any:
 def test_the_right_password_after_many_wrong_ones_is_refused_with_a_clear_message(
         admin: Any, settings: Any) -> None:
     for number in range(settings.AXES_FAILURE_LIMIT):
-        failed = sign_in("admin", "wrong", address=f"10.0.1.{number}")  # a new address each
+        failed = sign_in("admin", "wrong", address="10.0.1.1")
         assert not failed.signed_in
         # The form again, until the failure that reaches the limit pauses sign-in.
         last = number == settings.AXES_FAILURE_LIMIT - 1
         assert failed.status_code == (429 if last else 200)
-    refused = sign_in("admin", "password", address="10.0.2.1")
+    refused = sign_in("admin", "password", address="10.0.1.1")
     assert refused.status_code == 429 and not refused.signed_in
     text = refused.content.decode()
     assert "Too many failed sign-ins" in text and "admin" in text
@@ -44,13 +45,20 @@ def test_the_right_password_after_many_wrong_ones_is_refused_with_a_clear_messag
     assert "Try again in" in text
 
 
-def test_many_failures_from_one_address_pause_sign_in_from_it_only(
-        member: Any, settings: Any) -> None:
-    for number in range(settings.AXES_FAILURE_LIMIT):
-        sign_in(f"guess{number}", "wrong", address="10.0.3.1")
+def test_a_stranger_cannot_lock_a_user_out_from_everywhere(
+        member: Any, other: Any, settings: Any) -> None:
+    """Five wrong passwords for member from one address pause member there only: member
+    signs in from another address, and another user from the stranger's address."""
+    for _ in range(settings.AXES_FAILURE_LIMIT):
+        sign_in("member", "wrong", address="10.0.3.1")
     assert sign_in("member", "password", address="10.0.3.1").status_code == 429
     elsewhere = sign_in("member", "password", address="10.0.3.2")
     assert elsewhere.status_code == 302 and elsewhere.signed_in
+    assert sign_in("other", "password", address="10.0.3.1").signed_in
+    # Failures spread over many addresses pause none of them.
+    for number in range(settings.AXES_FAILURE_LIMIT):
+        sign_in("other", "wrong", address=f"10.0.4.{number}")
+    assert sign_in("other", "password", address="10.0.4.0").signed_in
 
 
 def test_a_success_before_the_limit_resets_the_count(member: Any, settings: Any) -> None:
@@ -79,13 +87,19 @@ def test_the_limit_and_the_window_come_from_the_environment(tmp_path: Path) -> N
     env = {key: value for key, value in os.environ.items()
            if key not in ("REDIS_URL",) and not key.startswith("QUOTAWEB_")}
     env.update(DJANGO_SETTINGS_MODULE="quotaweb.settings", QUOTAWEB_DATA_DIR=str(tmp_path),
-               QUOTAWEB_SIGN_IN_FAILURE_LIMIT="7", QUOTAWEB_SIGN_IN_WINDOW_SECONDS="60")
+               QUOTAWEB_SIGN_IN_FAILURE_LIMIT="7", QUOTAWEB_SIGN_IN_WINDOW_SECONDS="60",
+               QUOTAWEB_SIGN_IN_LOCK_BY="username+address, address")
     code = ("import django; django.setup(); from django.conf import settings as s; "
             "print(s.AXES_FAILURE_LIMIT, int(s.AXES_COOLOFF_TIME.total_seconds()), "
             "s.AXES_LOCKOUT_PARAMETERS)")
     shown = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env,
                            capture_output=True, text=True, timeout=60)
-    assert shown.stdout.split("\n")[0] == "7 60 ['username', 'ip_address']", shown.stderr
+    assert shown.stdout.split("\n")[0] == "7 60 [['username', 'ip_address'], 'ip_address']", \
+        shown.stderr
+    env["QUOTAWEB_SIGN_IN_LOCK_BY"] = "username+password"
+    refused = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env,
+                             capture_output=True, text=True, timeout=60)
+    assert refused.returncode != 0 and "QUOTAWEB_SIGN_IN_LOCK_BY must be" in refused.stderr
 
 
 def test_behind_a_proxy_failures_count_per_forwarded_address(member: Any,
@@ -99,6 +113,6 @@ def test_behind_a_proxy_failures_count_per_forwarded_address(member: Any,
         return client.post("/accounts/login/", {"username": username, "password": password})
 
     for number in range(settings.AXES_FAILURE_LIMIT):
-        via_proxy(f"guess{number}", "wrong", f"203.0.113.{number}, 198.51.100.7")
+        via_proxy("member", "wrong", f"203.0.113.{number}, 198.51.100.7")
     assert via_proxy("member", "password", "198.51.100.7").status_code == 429
     assert via_proxy("member", "password", "198.51.100.8").status_code == 302
