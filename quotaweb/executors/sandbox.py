@@ -9,10 +9,14 @@ OS user:
 
 - **Namespaces** (bwrap): its own mount namespace, in which only the
   system's read-only directories (/usr, /etc and the /bin, /lib links), a fresh /proc, a
-  minimal /dev (plus the job's own GPU device nodes), an empty /tmp and the attempt's run
-  and cache directories exist; its own PID namespace, so no process of the server or of
-  another job is visible (nor its /proc/<pid>/environ); no network unless the operator
-  gives it (QUOTAWEB_JOB_NETWORK=host, which multi-host training needs).
+  minimal /dev (plus the job's own GPU device nodes), an empty /tmp and /dev/shm that
+  anyone may write to (sticky) and the attempt's run and cache directories exist; its
+  own PID namespace, so no process of the server or of another job is visible (nor its
+  /proc/<pid>/environ); no network unless the operator gives it
+  (QUOTAWEB_JOB_NETWORK=host, which multi-host training needs).
+- **System calls**: a seccomp filter refuses new namespaces and mounts
+  (quotaweb/executors/syscall_filter.py), so the job cannot become root of a user
+  namespace of its own.
 - **Identity**: bwrap runs as root, sets the namespaces up, then `setpriv` switches to the
   job user (QUOTAWEB_JOB_USER, default `quotaweb-job`) with no supplementary groups, no
   capabilities (bounding set emptied) and no-new-privileges, so nothing in the sandbox can
@@ -42,6 +46,8 @@ from pathlib import Path
 from typing import IO
 
 from django.conf import settings
+
+from . import syscall_filter
 
 SHELL = "/bin/sh"
 ENV = "/usr/bin/env"
@@ -87,8 +93,11 @@ class Launch:
     files: list[IO[bytes]]
 
     def attach(self, content: str) -> int:
+        return self.attach_bytes(content.encode("utf-8", errors="surrogateescape"))
+
+    def attach_bytes(self, content: bytes) -> int:
         file = tempfile.TemporaryFile()  # noqa: SIM115 (open until the child has started)
-        file.write(content.encode("utf-8", errors="surrogateescape"))
+        file.write(content)
         file.flush()
         file.seek(0)
         self.files.append(file)
@@ -136,7 +145,10 @@ class Sandbox:
         for directory in READ_ONLY:
             args += ["--ro-bind", directory, directory]
         args += _system_links()
-        args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--dir", "/var/tmp"]
+        # An empty /tmp and /dev/shm the job may write to, sticky like a host's (bwrap
+        # would make them root's 0755: mktemp and multiprocessing would fail).
+        args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/dev/shm",
+                 "--perms", "1777", "--tmpfs", "/tmp", "--dir", "/var/tmp"]
         args += _device_binds(devices)
         bound = [directory for directory in (run_dir, cache_dir) if directory is not None]
         args += _traversable_parents(bound)
@@ -146,6 +158,8 @@ class Sandbox:
         args += ["--perms", "0755", "--dir", str(LAUNCH_SCRIPT.parent)]
         for path, content in ((LAUNCH_SCRIPT, script), (COMMAND_FILE, command)):
             args += ["--perms", "0444", "--ro-bind-data", str(launch.attach(content)), str(path)]
+        # No namespaces or mounts of the job's own (quotaweb/executors/syscall_filter.py).
+        args += ["--seccomp", str(launch.attach_bytes(syscall_filter.program()))]
         # bwrap run by root gives the sandbox no capability by default; these let it enter
         # the job user's directory and setpriv switch to that user, which drops them all.
         for capability in SWITCH_USER_CAPABILITIES:
@@ -244,6 +258,10 @@ def _sandbox() -> Sandbox:
     if bwrap is None or setpriv is None:
         missing = "bubblewrap (bwrap)" if bwrap is None else "util-linux (setpriv)"
         raise IsolationUnavailable(f"{missing} is not installed. {HOW_TO_ENABLE}")
+    try:
+        syscall_filter.program()
+    except syscall_filter.UnknownArchitecture as error:
+        raise IsolationUnavailable(f"{error} (x86_64 and aarch64 are).") from None
     network = str(settings.QUOTAWEB.get("JOB_NETWORK") or "none")
     return Sandbox(bwrap, setpriv, job_user(), share_network=network == "host")
 
