@@ -8,9 +8,10 @@ lacks: borrowed, lent, own and warm instances, queued instances, warm-pool hits 
 billable instance-seconds.
 
 Who may scrape (settings.QUOTAWEB["METRICS_TOKEN"], ["METRICS_ALLOW"]): a request with
-`Authorization: Bearer <METRICS_TOKEN>` when a token is set, or from an address in the
-allow-list (loopback only by default).  Anything else gets 403, without a body that says
-which figures exist.
+`Authorization: Bearer <METRICS_TOKEN>` when a token is set, or one without an
+Authorization header from an address in the allow-list (loopback only by default; the
+client's address as sign-in finds it, behind QUOTAWEB_PROXY_COUNT proxies).  A wrong token
+gets 401 and anything else 403, without a body that says which figures exist.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from .models.jobs import ACTIVE_STATUSES, QUEUED_STATUSES
 from .models.scheduler_state import CYCLE_BUCKETS
 from .models.warm_pools import PoolStatus
 from .services.billing import segment_billable_seconds
+from .sign_in import client_address
 from .web.usage_data import latest_figures
 
 SHARE_UNIT = ("quota_share", "capacity_unit")
@@ -170,26 +172,39 @@ class QuotawebCollector(Collector):
             sum_value=totals.sum_ms / 1000)
 
 
-def allowed(request: HttpRequest) -> bool:
-    """The metrics token in a bearer header, or an address in the allow-list."""
+def refusal(request: HttpRequest) -> HttpResponse | None:
+    """None when the request may scrape: it carries the metrics token, or carries no
+    credentials and comes from an address in the allow-list (the client's address, found
+    as for sign-in: behind QUOTAWEB_PROXY_COUNT proxies, the one the outermost saw, so a
+    local proxy does not make every client loopback).  A wrong bearer token is 401 from
+    any address: credentials that are sent are checked, never ignored."""
     token = settings.QUOTAWEB.get("METRICS_TOKEN")
-    header = request.headers.get("Authorization", "")
-    if token and header.startswith("Bearer ") and hmac.compare_digest(
-            header[len("Bearer "):].encode(), token.encode()):
-        return True
+    header = request.headers.get("Authorization")
+    if header is not None:
+        given = header[len("Bearer "):] if header.startswith("Bearer ") else ""
+        if token and given and hmac.compare_digest(given.encode(), token.encode()):
+            return None
+        refused = HttpResponse("Unauthorized: that is not the metrics token.\n", status=401,
+                               content_type="text/plain")
+        refused["WWW-Authenticate"] = 'Bearer realm="metrics"'
+        return refused
     try:
-        address = ipaddress.ip_address(request.META.get("REMOTE_ADDR", ""))
+        address = ipaddress.ip_address(client_address(request) or "")
     except ValueError:
-        return False
-    return any(address in ipaddress.ip_network(network, strict=False)
-               for network in settings.QUOTAWEB.get("METRICS_ALLOW", []))
+        address = None
+    if address is not None and any(
+            address in ipaddress.ip_network(network, strict=False)
+            for network in settings.QUOTAWEB.get("METRICS_ALLOW", [])):
+        return None
+    return HttpResponse("Forbidden: /metrics needs the metrics token or an allowed "
+                        "address.\n", status=403, content_type="text/plain")
 
 
 @require_GET
 def metrics(request: HttpRequest) -> HttpResponse:
-    if not allowed(request):
-        return HttpResponse("Forbidden: /metrics needs the metrics token or an allowed "
-                            "address.\n", status=403, content_type="text/plain")
+    refused = refusal(request)
+    if refused is not None:
+        return refused
     registry = CollectorRegistry(auto_describe=False)
     registry.register(QuotawebCollector())
     return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)

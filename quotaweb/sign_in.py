@@ -1,4 +1,5 @@
-"""Where a sign-in comes from, for its throttling (settings.AXES_*)."""
+"""Where a request comes from: for sign-in throttling (settings.AXES_*) and for who may
+scrape /metrics."""
 
 from __future__ import annotations
 

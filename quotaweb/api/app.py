@@ -10,9 +10,11 @@ from typing import Any
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern
+from django.views.decorators.csrf import csrf_exempt
 from ninja import NinjaAPI
 
 from .auth import BearerToken, SessionWithCsrf
+from .body import BodyParser
 from .docs import StaticSwagger
 from .errors import MAX_BODY_BYTES, error_response, install_handlers, too_large
 from .routes import activity, configuration, jobs, reports, tokens, what_if
@@ -27,24 +29,39 @@ in the admin, or with `manage.py create_token USERNAME`), or with the browser's 
 """
 
 
-def limit_body(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+def limit_body(run: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
     """Refuse a body over 1 MiB (413) before reading it when its length is declared, and
-    after reading it when it is not (a chunked upload)."""
+    after reading it when it is not (a chunked upload).  Who may call the operation is
+    decided first (permission before validation): an oversized body from someone who may
+    not call it at all gets that refusal (401, 403), not a 413, and still unread."""
+    # A "view" decorator wraps the operation's bound `run`: its operation's own checks
+    # (authentication and throttles) are what decides who may call it.
+    operation = getattr(run, "__self__", None)
 
-    @wraps(view)
+    def refusal(request: HttpRequest) -> HttpResponse:
+        checks = getattr(operation, "_run_checks", None)
+        try:
+            refused = checks(request) if checks is not None else None
+        except RequestDataTooBig:  # a form-encoded body read for its CSRF field
+            refused = None
+        return refused or too_large()
+
+    @wraps(run)
     def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         try:
             declared = int(request.META.get("CONTENT_LENGTH") or 0)
         except ValueError:
             declared = 0
+        if declared > MAX_BODY_BYTES:
+            return refusal(request)
         try:
             # Django measures a chunked body (no Content-Length) as it reads it, and
             # raises RequestDataTooBig past DATA_UPLOAD_MAX_MEMORY_SIZE: the same 413.
-            if declared > MAX_BODY_BYTES or len(request.body) > MAX_BODY_BYTES:
-                return too_large()
+            if len(request.body) > MAX_BODY_BYTES:
+                return refusal(request)
         except RequestDataTooBig:
-            return too_large()
-        return view(request, *args, **kwargs)
+            return refusal(request)
+        return run(request, *args, **kwargs)
 
     return wrapper
 
@@ -59,6 +76,7 @@ def build_api() -> NinjaAPI:
         docs=StaticSwagger(),
         docs_url="/docs",
         openapi_url="/openapi.json",
+        parser=BodyParser(),
     )
     install_handlers(api)
     api.add_decorator(limit_body, mode="view")
@@ -98,6 +116,7 @@ api = build_api()
 urls = build_urls(api)
 
 
+@csrf_exempt  # it changes nothing: a POST gets the 404 too, not Django's HTML 403
 def not_found(request: HttpRequest, rest: str = "") -> HttpResponse:
     """Any other path under /api/v1/: a 404 in the API's error format, not an HTML page."""
     return error_response(404, "NOT_FOUND", f"There is no API endpoint at {request.path}.")

@@ -15,6 +15,7 @@ from pydantic import Field
 
 from ..services.errors import ServiceError, TooManyRequests, summarise
 from ..services.values import shown
+from .body import NumberTooLarge
 
 if TYPE_CHECKING:
     from ninja import NinjaAPI
@@ -175,6 +176,11 @@ def install_handlers(api: NinjaAPI) -> None:
 
     @api.exception_handler(HttpError)
     def http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+        if isinstance(exc.__cause__, NumberTooLarge):  # valid JSON, but no field takes it
+            fields = {exc.__cause__.field: [
+                f"{exc.__cause__.field} is a number of {exc.__cause__.digits} digits, too "
+                f"large for any field."]}
+            return respond(422, error_body("VALIDATION_ERROR", summarise(fields), fields))
         if exc.status_code == 400:  # ninja's only 400: a body that is not JSON
             return respond(400, error_body("MALFORMED_JSON",
                                            "The request body is not valid JSON."))

@@ -74,6 +74,9 @@ class SubmitForm(forms.Form):
         help_text="Submit this many alike (a sweep, at most 1,000): {n} in the name is "
                   "replaced by 1, 2, …; without it, -1, -2, … is added.")
     client_token = forms.CharField(widget=forms.HiddenInput, required=False)
+    # A hidden field shows no errors: a client_token's problem (only a tampered form has
+    # one) is said above the form.
+    error_aliases = {"client_token": None}
 
     ADVANCED = ("retry_attempts", "preemption_retries_before_termination",
                 "max_runtime_seconds", "role", "volume_size_gb", "volume_kms_key_id",

@@ -61,10 +61,11 @@ def test_malformed_json_is_400(admin_for: ApiFor, target: int, method: str, url:
 
 
 @pytest.mark.parametrize(("method", "url"), BODY_WRITES)
-def test_a_body_over_1_mib_is_413(api: ApiFor, target: int, method: str, url: str) -> None:
+def test_a_body_over_1_mib_is_413(admin_for: ApiFor, target: int, method: str,
+                                  url: str) -> None:
     before = state()
     padded = '{"name": "' + "x" * MIB + '"}'
-    status, body = api("admin").call(method, url.format(job=target), raw=padded)
+    status, body = admin_for(url).call(method, url.format(job=target), raw=padded)
     assert_error(status, body, 413, "BODY_TOO_LARGE")
     assert state() == before
 
@@ -317,9 +318,12 @@ def test_a_nul_in_a_page_address_is_400(api: ApiFor, url: str) -> None:
     assert client.get(url).status_code == 400
 
 
-def test_a_chunked_body_over_1_mib_is_a_json_413() -> None:
+@pytest.mark.django_db(transaction=True)  # the ASGI app reads the token on its own thread
+def test_a_chunked_body_over_1_mib_is_a_json_413(api: ApiFor) -> None:
     """No Content-Length (Transfer-Encoding: chunked, as Daphne passes it on): Django finds
-    the size only while reading, after the declared-length check."""
+    the size only while reading, after the declared-length check.  From someone who may
+    submit: anyone else is refused for who they are first (test_refusals)."""
+    authorization = api("member").headers["Authorization"].encode()
     from asgiref.sync import async_to_sync
     from asgiref.testing import ApplicationCommunicator
 
@@ -330,7 +334,8 @@ def test_a_chunked_body_over_1_mib_is_a_json_413() -> None:
                  "method": "POST", "scheme": "http", "path": "/api/v1/jobs",
                  "raw_path": b"/api/v1/jobs", "query_string": b"", "root_path": "",
                  "headers": [(b"host", b"localhost"), (b"content-type", b"application/json"),
-                             (b"transfer-encoding", b"chunked")],
+                             (b"transfer-encoding", b"chunked"),
+                             (b"authorization", authorization)],
                  "client": ("127.0.0.1", 5000), "server": ("127.0.0.1", 8000)}
         app = ApplicationCommunicator(application, scope)
         chunk = b" " * (256 * 1024)

@@ -147,7 +147,7 @@ def test_only_the_token_or_an_allowed_address_may_scrape(
     settings.QUOTAWEB = {**settings.QUOTAWEB, "METRICS_TOKEN": "s3cret",
                          "METRICS_ALLOW": ["10.0.0.0/8"]}
     assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer s3cret", **far).status_code == 200
-    assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer wrong", **far).status_code == 403
+    assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer wrong", **far).status_code == 401
     assert client.get("/metrics", REMOTE_ADDR="10.20.30.40").status_code == 200
     assert client.get("/metrics").status_code == 403  # loopback no longer listed
     assert client.post("/metrics", HTTP_AUTHORIZATION="Bearer s3cret").status_code == 405
