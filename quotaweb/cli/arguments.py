@@ -125,7 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
         return commands.add_parser(name, parents=[common], help=help, description=help)
 
     submit = command("submit", "Submit a job, or many from a JSON-lines file.")
-    submit.add_argument("--share", "-s", required=True, help="the quota share")
+    submit.add_argument("--share", "-s",
+                        help="the quota share (with --from: of the lines that name none)")
     submit.add_argument("--name", "-n", help="the job's name (required without --from)")
     submit.add_argument("--from", dest="from_file", metavar="JOBS.jsonl",
                         help="submit one job per line, each a JSON object of submission "

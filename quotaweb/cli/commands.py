@@ -55,23 +55,47 @@ class UsageError(Exception):
     """A problem with what the user gave (exit status 2)."""
 
 
-def read_jobs(lines: Iterable[str], defaults: dict[str, Any]) -> list[dict[str, Any]]:
-    """One job per non-blank line of JSON, over the defaults the options give."""
+def _job_fields(number: int, raw: bytes) -> dict[str, Any] | None:
+    """Line `number` of a --from file: its fields, or None for a blank line.  Whatever a
+    line holds is a usage error naming the line, never a traceback: bytes that are not
+    UTF-8, JSON nested deeper than the parser goes, an integer longer than Python
+    converts."""
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UsageError(f"line {number}: not UTF-8 text") from None
+    if not line.strip():
+        return None
+    try:
+        fields = json.loads(line)
+    except json.JSONDecodeError as error:
+        raise UsageError(f"line {number}: not JSON ({error.msg})") from None
+    except RecursionError:
+        raise UsageError(f"line {number}: nested too deeply") from None
+    except ValueError:  # the only other: an integer past Python's conversion limit
+        raise UsageError(f"line {number}: a number of more than "
+                         f"{sys.get_int_max_str_digits()} digits") from None
+    if not isinstance(fields, dict):
+        raise UsageError(f"line {number}: a job must be a JSON object of fields")
+    return fields
+
+
+def read_jobs(lines: Iterable[bytes], defaults: dict[str, Any]) -> list[dict[str, Any]]:
+    """One job per non-blank line of JSON, over the defaults the options give.  Each
+    job needs its quota share, from the line or from --share."""
     jobs = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
+    for number, raw in enumerate(lines, start=1):
+        fields = _job_fields(number, raw)
+        if fields is None:
             continue
-        try:
-            fields = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise UsageError(f"line {number}: not JSON ({error.msg})") from None
-        if not isinstance(fields, dict):
-            raise UsageError(f"line {number}: a job must be a JSON object of fields")
         job = {**defaults, **fields}
         # A line that says what to run replaces the options' choice of work.
         for chosen, other in (("command", "duration_seconds"), ("duration_seconds", "command")):
             if chosen in fields and other not in fields:
                 job.pop(other, None)
+        if job.get("quota_share") is None:
+            raise UsageError(f"line {number}: no quota share; name it on the line "
+                             '("quota_share") or give --share')
         jobs.append(job)
     if not jobs:
         raise UsageError("the file has no job")
@@ -87,18 +111,21 @@ def submit_from_file(args: argparse.Namespace, client: Client, out: Output) -> N
         defaults["environment"] = dict(args.env)
     if args.name is not None:
         defaults["name"] = args.name
+    if args.share is not None:
+        defaults["quota_share"] = args.share
     try:
         if args.from_file == "-":
-            jobs = read_jobs(sys.stdin, defaults)
+            jobs = read_jobs(sys.stdin.buffer, defaults)
         else:
-            with open(args.from_file, encoding="utf-8") as file:
+            with open(args.from_file, "rb") as file:
                 jobs = read_jobs(file, defaults)
     except OSError as error:
         raise UsageError(f"cannot read {args.from_file}: {error.strerror}") from None
-    submitted = [job.last or {} for job in client.queue(args.share).submit_many(jobs)]
+    submitted = [job.last or {} for job in client.submit_to_shares(jobs)]
     ids = [job.get("id") for job in submitted]
+    shares = ", ".join(sorted({str(job["quota_share"]) for job in jobs}))
     out.emit({"jobs": submitted},
-             lambda: f"submitted {len(ids)} jobs to {args.share}: ids {ids[0]} to {ids[-1]}")
+             lambda: f"submitted {len(ids)} jobs to {shares}: ids {ids[0]} to {ids[-1]}")
 
 
 def run(args: argparse.Namespace, client: Client, out: Output, stderr: TextIO) -> int:
@@ -217,8 +244,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "update" and args.priority is None and args.keep_alive_seconds is None:
         parser.error("update needs --priority, --keep-alive or both")
     if args.command == "submit" and not args.from_file and (
-            args.name is None or (args.job_command is None and args.duration_seconds is None)):
-        parser.error("submit needs --name and one of --command and --duration (or --from)")
+            args.share is None or args.name is None
+            or (args.job_command is None and args.duration_seconds is None)):
+        parser.error("submit needs --share, --name and one of --command and --duration "
+                     "(or --from, whose lines may name their shares)")
     try:
         client = Client(url, token)
     except ValueError as error:

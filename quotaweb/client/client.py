@@ -115,6 +115,17 @@ class Client:
             submitted.extend(QueuedJob(self, job["id"], job) for job in answer["jobs"])
         return submitted
 
+    def submit_to_shares(self, jobs: Iterable[dict[str, Any]]) -> list[QueuedJob]:
+        """submit_many for jobs that each name their `quota_share`, as Queue.submit_many
+        fills them in (instance_type from the share's one capacity unit, when absent)."""
+        queues: dict[str, Queue] = {}
+        prepared = []
+        for fields in jobs:
+            share = str(fields["quota_share"])
+            queue = queues.setdefault(share, self.queue(share))
+            prepared.append(queue.prepared(fields))
+        return self.submit_many(prepared)
+
     def job(self, job_id: int) -> QueuedJob:
         """The job `job_id`, read now (QuotawebError JOB_NOT_FOUND if there is none)."""
         job = QueuedJob(self, int(job_id))
@@ -272,14 +283,16 @@ class Queue:
     def submit_many(self, jobs: Iterable[dict[str, Any]]) -> list[QueuedJob]:
         """Submit many jobs to this share at once (Client.submit_many): each a dict of
         submission fields with its `name`; instance_type as for `submit`."""
-        prepared = []
-        for fields in jobs:
-            body = {"quota_share": self.name, **fields}
-            if body.get("instance_type") is None:
-                units = self._capacity_units()
-                body["instance_type"] = units[0] if len(units) == 1 else None
-            prepared.append(body)
-        return self.client.submit_many(prepared)
+        return self.client.submit_many([self.prepared(fields) for fields in jobs])
+
+    def prepared(self, fields: dict[str, Any]) -> dict[str, Any]:
+        """A job's fields for this share: its quota_share (unless they name one), and its
+        instance_type as for `submit` when they give none."""
+        body = {"quota_share": self.name, **fields}
+        if body.get("instance_type") is None:
+            units = self._capacity_units()
+            body["instance_type"] = units[0] if len(units) == 1 else None
+        return body
 
     def jobs(self, status: str | Iterable[str] | None = None, name: str | None = None,
              limit: int | None = None) -> Iterator[Json]:

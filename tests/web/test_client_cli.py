@@ -722,3 +722,51 @@ def test_cli_submits_the_jobs_of_a_json_lines_file(server: LiveServer, tmp_path:
     assert broken.returncode == 2 and "line 2: not JSON" in broken.stderr
     missing = cli(server, "submit", "--share", "QS1")
     assert missing.returncode == 2 and "--name" in missing.stderr
+
+
+NO_SERVER = {"QUOTAWEB_URL": "http://127.0.0.1:9", "QUOTAWEB_TOKEN": "never-used"}
+
+
+@pytest.mark.parametrize(("line", "said"), [
+    (b'{"name": "caf\xe9"}\n', "line 1: not UTF-8 text"),
+    (b"[" * 100_000 + b"]" * 100_000 + b"\n", "line 1: nested too deeply"),
+    (b'{"name": "big", "priority": ' + b"9" * 5001 + b"}\n",
+     "line 1: a number of more than 4300 digits"),
+    (b'{"name": "no-share"}\n', 'line 1: no quota share; name it on the line ("quota_share")'
+                                 " or give --share"),
+])
+def test_cli_submit_from_a_bad_line_is_a_usage_error_not_a_traceback(
+    tmp_path: Path, line: bytes, said: str
+) -> None:
+    """Refused before anything is sent (the server named is not there): exit status 2 and
+    one message, from a file and from standard input alike."""
+    path = tmp_path / "jobs.jsonl"
+    path.write_bytes(b'{"name": "fine", "quota_share": "QS1"}\n' + line.replace(
+        b"line 1", b"line 2"))
+    done = cli(None, "submit", "--duration", "1", "--from", str(path), **NO_SERVER)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1] == "quotaweb: error: " \
+        f"{said.replace('line 1', 'line 2')}", done.stderr
+    piped = subprocess.run([str(QUOTAWEB), "submit", "--duration", "1", "--from", "-"],
+                           input=line, capture_output=True, timeout=60,
+                           env={**os.environ, **NO_SERVER})
+    assert piped.returncode == 2 and b"Traceback" not in piped.stderr
+    assert piped.stderr.decode().strip().endswith(said)
+
+
+def test_cli_submit_from_lines_that_name_their_shares_needs_no_share(
+    server: LiveServer, tmp_path: Path
+) -> None:
+    prefix = unique("named")
+    path = tmp_path / "jobs.jsonl"
+    path.write_text(json.dumps({"name": f"{prefix}-1", "quota_share": "QS1"}) + "\n"
+                    + json.dumps({"name": f"{prefix}-2", "quota_share": "QS2"}) + "\n")
+    done = cli(server, "submit", "--duration", "600", "--from", str(path), user="admin")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("submitted 2 jobs to QS1, QS2: ids ")
+    found = server.client("admin").list_jobs(name=f"{prefix}*")
+    assert sorted((job["name"], job["quota_share"]) for job in found) == [
+        (f"{prefix}-1", "QS1"), (f"{prefix}-2", "QS2")]
+    alone = cli(server, "submit", "--name", "x", "--duration", "1")
+    assert alone.returncode == 2 and "submit needs --share" in alone.stderr
