@@ -104,19 +104,21 @@ def json_not_allowed(view: Callable[..., HttpResponse]) -> Callable[..., HttpRes
     return wrapper
 
 
+@csrf_exempt  # it changes nothing: a POST gets the 404 too, not Django's HTML 403
+def not_found(request: HttpRequest, rest: str = "") -> HttpResponse:
+    """Any other path under /api/v1/: a 404 in the API's error format, not an HTML page."""
+    return error_response(404, "NOT_FOUND", f"There is no API endpoint at {request.path}.")
+
+
 def build_urls(api: NinjaAPI) -> tuple[list[Any], str, str]:
     patterns, app_name, namespace = api.urls
     for pattern in patterns:
         if isinstance(pattern, URLPattern):
-            pattern.callback = json_not_allowed(pattern.callback)
+            # ninja's root (/api/v1/, kept by name: ninja reverses it) raises an HTML 404.
+            pattern.callback = not_found if pattern.name == "api-root" else json_not_allowed(
+                pattern.callback)
     return patterns, app_name, namespace
 
 
 api = build_api()
 urls = build_urls(api)
-
-
-@csrf_exempt  # it changes nothing: a POST gets the 404 too, not Django's HTML 403
-def not_found(request: HttpRequest, rest: str = "") -> HttpResponse:
-    """Any other path under /api/v1/: a 404 in the API's error format, not an HTML page."""
-    return error_response(404, "NOT_FOUND", f"There is no API endpoint at {request.path}.")

@@ -36,8 +36,9 @@ def test_any_method_on_an_unknown_api_path_is_the_apis_json_404(
     api: ApiFor, session_for: ApiFor, method: str
 ) -> None:
     for client in (api("member"), api("anonymous"), session_for("member")):
-        status, body = client.call(method, "/api/v1/no/such/thing", {"a": 1})
-        assert_error(status, body, 404, "NOT_FOUND")
+        for url in ("/api/v1/no/such/thing", "/api/v1/", "/api/v1/jobs/1/nothing"):
+            status, body = client.call(method, url, {"a": 1})
+            assert_error(status, body, 404, "NOT_FOUND")
 
 
 # /metrics ------------------------------------------------------------------------------
