@@ -44,7 +44,10 @@ def private_file(path: Path) -> Path:
 
 def private_sqlite(database: Path) -> None:
     """Create the database file empty and 0600 if it is missing (SQLite takes an empty
-    file as an empty database), and make it and any companion file 0600."""
+    file as an empty database), and make it and any companion file 0600.  A database in a
+    folder that does not exist is left to SQLite, which says so when it is opened."""
+    if not database.parent.is_dir():
+        return
     descriptor = os.open(database, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
     os.close(descriptor)
     for path in (database, *(Path(f"{database}{suffix}") for suffix in SQLITE_COMPANIONS)):
