@@ -30,7 +30,8 @@ from .decisions import (
 )
 from .holdings import Holdings
 from .model import Job, Policy, Snapshot, WarmPool
-from .ordering import borrow_fifo_key, in_quota_pick_key, in_share_head_key
+from .fair_share import fair_share_key, first_come_key
+from .ordering import Key, borrow_fifo_key, in_quota_pick_key, in_share_head_key
 from .pending import pending_decisions
 from .plans import in_quota_plan, in_share_victims
 from .quiet_rounds import skip_quiet_rounds
@@ -176,8 +177,9 @@ class _Cycle:
         placed_any = False
         # A head without a pool to reuse that finds too few free instances now never fits
         # in this pass: placements only take instances.  Most rounds find none free.
+        key = self.borrow_key if state.fair_units else borrow_fifo_key
         waiting = [
-            (borrow_fifo_key(head), head)
+            (key(head), head)
             for head in state.heads()
             if (state.ledger(head.instance_type).free >= head.instance_count
                 or state.pools[head.quota_share])
@@ -196,8 +198,20 @@ class _Cycle:
             placed_any = True
             following = state.head(head.quota_share)
             if following is not None and state.borrows_on_placement(following):
-                heapq.heappush(waiting, (borrow_fifo_key(following), following))
+                heapq.heappush(waiting, (key(following), following))
         return placed_any
+
+    def borrow_key(self, head: Job) -> Key:
+        """The borrowing pass's order when some unit has fair sharing: by weight on those
+        units (fair_share_key), first come elsewhere.  A share's figure changes only when
+        it places, and its next head is then keyed afresh, so keys in the heap stay true."""
+        state = self.state
+        unit = head.instance_type
+        if unit not in state.fair_units:
+            return first_come_key(head)
+        share = head.quota_share
+        borrowed = state.ledger(unit).account(share).borrowed
+        return fair_share_key(borrowed, state.share(share).fair_share_weight, head)
 
     # 5. In-share preemption -----------------------------------------------------------
 
