@@ -28,9 +28,9 @@ from .decisions import (
     TraceStep,
     Withdraw,
 )
+from .fair_share import fair_share_key, first_come_key
 from .holdings import Holdings
 from .model import Job, Policy, Snapshot, WarmPool
-from .fair_share import fair_share_key, first_come_key
 from .ordering import Key, borrow_fifo_key, in_quota_pick_key, in_share_head_key
 from .pending import pending_decisions
 from .plans import in_quota_plan, in_share_victims

@@ -11,8 +11,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
 from .backlog import Backlog
-from .holdings import Holdings
 from .fair_share import fair_sharing_units
+from .holdings import Holdings
 from .min_runtime import shielded_by_min_runtime
 from .model import Job, JobStatus, Policy, QuotaShare, Snapshot, WarmPool
 from .ordering import eviction_key, pool_reuse_key
