@@ -4,10 +4,12 @@ The pipeline, numbered as in docs/semantics.md 5:
   1. housekeeping: expired pools end;
   2. order: each share's queued jobs by priority, then submission;
   3. in-quota pass, reclaiming lent capacity when it must;
-  4. borrowing pass, FIFO across shares;
+  4. borrowing pass, FIFO across shares (by borrowed / weight where fair sharing is on);
   5. in-share preemption;
   6. repeat 3–5 until a round places and skips nothing;
-  7. lowered limits need no step: usage above a limit simply counts as borrowed.
+  7. lowered limits need no step: usage above a limit simply counts as borrowed;
+  8. minimum runtime: young attempts are left out of 5's victims and put last in 3's
+     (CycleState.in_share_candidates, reclaim_candidates).
 Then every queued job gets its pending reason and position.
 """
 
@@ -172,7 +174,8 @@ class _Cycle:
     # 4. Borrowing pass ----------------------------------------------------------------
 
     def borrowing_pass(self) -> bool:
-        """Heads that can only borrow are placed in submission order; none preempts."""
+        """Heads that can only borrow are placed in submission order (by borrowed / weight on
+        a unit with fair sharing); none preempts."""
         state = self.state
         placed_any = False
         # A head without a pool to reuse that finds too few free instances now never fits
