@@ -26,8 +26,12 @@ def pending_reason(state: CycleState, job: Job) -> PendingReason:
     most = max_holdable(limit, share.strategy, share.borrow_limit)
     if most is not None and job.instance_count > most:
         return PendingReason.QUOTA_MANAGEMENT_LIMIT_EXCEEDED
+    if waits_for_min_runtime(state, job):
+        # Before the borrowing reasons: preempting in its share would place it, borrowing
+        # or not, but for the young attempts (docs/semantics.md 5.8).
+        return PendingReason.WAITING_FOR_MIN_RUNTIME
     if state.in_quota_eligible(job) or not share.strategy.borrows:
-        return _capacity_or_min_runtime(state, job)
+        return PendingReason.WAITING_FOR_CAPACITY
     ledger = state.ledger(job.instance_type)
     account = ledger.account(job.quota_share)
     count = 0 if state.matching_pool(job) is not None else job.instance_count
@@ -37,20 +41,14 @@ def pending_reason(state: CycleState, job: Job) -> PendingReason:
         return PendingReason.NO_IDLE_CAPACITY_TO_BORROW
     # It would fit now; it waits only because it is in its grace period or was preempted
     # in this very cycle.
-    return _capacity_or_min_runtime(state, job)
-
-
-def _capacity_or_min_runtime(state: CycleState, job: Job) -> PendingReason:
-    """WAITING_FOR_MIN_RUNTIME when only a minimum runtime keeps the job from preempting
-    in its share (semantics.md 4, 5.8), else WAITING_FOR_CAPACITY."""
-    if waits_for_min_runtime(state, job):
-        return PendingReason.WAITING_FOR_MIN_RUNTIME
     return PendingReason.WAITING_FOR_CAPACITY
 
 
 def waits_for_min_runtime(state: CycleState, job: Job) -> bool:
     """Whether in-share preemption would make room for the job if its share's young
     attempts were victims like the others (leaves the ledger as it was)."""
+    if job.quota_share not in state.min_runtime_shares:
+        return False  # the common case: no minimum runtime, nothing to look at
     share = state.share(job.quota_share)
     if not share.in_share_preemption:
         return False
