@@ -149,12 +149,14 @@ def _each_waiting(
     has_pools = bool(state.pools[share])
     by_priority = _priority_matters(state, share)
     # reason_of, written out for the share: this runs for every waiting job.
-    known: dict[tuple[str, int, str | None, int | None], tuple[PendingReason, str]] = {}
+    known: dict[tuple[object, ...], tuple[PendingReason, str]] = {}
     decisions = []
     for position, job in enumerate(jobs, start=1):
         pool = state.matching_pool(job) if has_pools else None
-        key = (job.instance_type, job.instance_count, pool.id if pool is not None else None,
-               job.priority if by_priority else None)
+        key: tuple[object, ...] = (job.instance_type, job.instance_count,
+                                   pool.id if pool is not None else None)
+        if by_priority:
+            key += (job.priority,)
         found = known.get(key)
         if found is None:
             found = known[key] = reason_of(job)
