@@ -7,6 +7,8 @@ Run by hand, never by tests:
     python bench/engine.py --profile  # cProfile of the 15,000-job fresh and steady cycles
     python bench/engine.py --no-simulation  # the cycle tables only
     python bench/engine.py --simulation-only  # the 15,000-job baseline and the week trace
+    python bench/engine.py --rules-on  # the same, with fair sharing on for the fleet, weights
+                                       # 1-3 and a minimum runtime of 600 s on every share
 
 Prints a markdown table.  "fresh" is the first cycle (every job queued, nothing running);
 "steady" is the next cycle, at the same time, once the first cycle's dispatches are RUNNING
@@ -27,7 +29,7 @@ import sys
 import time
 import tracemalloc
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -48,8 +50,39 @@ from bench.workloads import (  # noqa: E402
     week_trace,
 )
 from scheduler import CycleResult, Dispatch, Job, Preempt, Snapshot, schedule  # noqa: E402
+from scheduler.simulate import run_scenario  # noqa: E402
 
 CYCLE_TARGET_MS = 50.0  # at 15,000 jobs
+# --rules-on (docs/semantics.md 5.4, 5.8): what fair sharing and a minimum runtime cost.
+RULES = {"on": False}
+RULES_MIN_RUNTIME_SECONDS = 600
+
+
+def with_rules(snapshot: Snapshot) -> Snapshot:
+    """The snapshot with both opt-in rules on when --rules-on is given, else as it is."""
+    if not RULES["on"]:
+        return snapshot
+    return replace(
+        snapshot, policy=replace(snapshot.policy, fair_sharing=True),
+        shares=tuple(replace(share, fair_share_weight=1 + index % 3,
+                             min_runtime_seconds=RULES_MIN_RUNTIME_SECONDS)
+                     for index, share in enumerate(snapshot.shares)))
+
+
+def document_with_rules(document: dict[str, Any]) -> dict[str, Any]:
+    """A scenario document with both opt-in rules on when --rules-on is given."""
+    if not RULES["on"]:
+        return document
+    return {**document,
+            "settings": {**document.get("settings", {}), "fair_sharing": True},
+            "quota_shares": [{**share, "fair_share_weight": 1 + index % 3,
+                              "min_runtime_seconds": RULES_MIN_RUNTIME_SECONDS}
+                             for index, share in enumerate(document["quota_shares"])]}
+
+
+def fresh_snapshot(shape: Shape) -> Snapshot:
+    return with_rules(queued_snapshot(shape))
+
 RATIO_TARGET = 5.0
 SIMULATION_TARGET_S = 3.0  # the 15,000-job baseline, CPU seconds
 WEEK_TARGET_S = 10.0  # a week of a 1,000-job-a-day trace, CPU seconds
@@ -129,10 +162,10 @@ def measure(label: str, build: Callable[[], Snapshot], repetitions: int) -> Row:
 def shape_rows(shape: Shape, repetitions: int) -> list[Row]:
     """The fresh and steady cycles of one shape.  The steady row's peak memory counts
     building its snapshot from the first cycle's decisions, not the first cycle itself."""
-    fresh = queued_snapshot(shape)
+    fresh = fresh_snapshot(shape)
     first: CycleResult = schedule(fresh)
     return [
-        measure(f"{shape.name}, fresh", lambda: queued_snapshot(shape), repetitions),
+        measure(f"{shape.name}, fresh", lambda: fresh_snapshot(shape), repetitions),
         measure(f"{shape.name}, steady", lambda: after_cycle(fresh, first), repetitions),
     ]
 
@@ -157,7 +190,7 @@ def settle(shape: Shape, most_cycles: int = 50) -> Settling:
     """CPU time, not wall time, so that other load on the machine counts less.  A cycle
     that undoes another's placement (a preemption) costs the victim its start: the
     preemptions column says how many such a settling took."""
-    snapshot = queued_snapshot(shape)
+    snapshot = fresh_snapshot(shape)
     cycles = dispatches = preemptions = 0
     cpu = 0.0
     while cycles < most_cycles:
@@ -223,9 +256,7 @@ def sort_reference_ms(repetitions: int = 5) -> float:
 def simulation_row(simulation: Simulation, sort_ms: float) -> str:
     """Wall and CPU seconds of one run; the target is judged on CPU time, which other load
     on the machine disturbs less than wall time."""
-    document = simulation.document()
-    from scheduler.simulate import run_scenario
-
+    document = document_with_rules(simulation.document())
     gc.collect()
     wall, cpu = time.perf_counter(), time.process_time()
     result = run_scenario(document)
@@ -280,7 +311,7 @@ def print_simulation_table() -> None:
 
 def profile_cycles(shape: Shape, top: int = 25) -> None:
     """cProfile of one fresh and one steady cycle, top functions by cumulative time."""
-    fresh = queued_snapshot(shape)
+    fresh = fresh_snapshot(shape)
     steady = after_cycle(fresh, schedule(fresh))
     for label, snapshot in (("fresh", fresh), ("steady", steady)):
         profiler = cProfile.Profile()
@@ -299,7 +330,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="leave out the simulations (the longest part)")
     parser.add_argument("--simulation-only", action="store_true",
                         help="only the simulations")
+    parser.add_argument("--rules-on", action="store_true",
+                        help="fair sharing on for the fleet, weights 1-3 and a minimum "
+                             f"runtime of {RULES_MIN_RUNTIME_SECONDS} s on every share")
     args = parser.parse_args(argv)
+    RULES["on"] = args.rules_on
     if args.simulation_only:
         print_simulation_table()
         return 0
@@ -308,8 +343,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     repetitions = 3 if args.quick else 7
     shapes = [BASELINE] if args.quick else [BASELINE, LARGE]
+    rules = ", fair sharing and minimum runtime on" if args.rules_on else ""
     print(f"# Engine cycle benchmark (Python {sys.version.split()[0]}, "
-          f"median of {repetitions})\n")
+          f"median of {repetitions}{rules})\n")
     print_cycle_table([row for shape in shapes for row in shape_rows(shape, repetitions)])
     print()
     print_settling_table(shapes)

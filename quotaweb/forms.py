@@ -15,9 +15,12 @@ from .services.jobs import validate_priority
 
 SHARE_FORM_FIELDS = ["name", "sharing_strategy", "borrow_limit", "in_share_preemption", "state",
                      "max_keep_alive_seconds", "max_queued_jobs",
-                     "max_submissions_per_minute", "members"]
+                     "max_submissions_per_minute", "fair_share_weight", "min_runtime_seconds",
+                     "members"]
 UNIT_FORM_FIELDS = ["name", "max_capacity", "warm_pool_limit", "cold_start_seconds",
-                    "warm_start_seconds"]
+                    "warm_start_seconds", "fair_sharing"]
+# Opt-in fields (docs/semantics.md 5.4, 5.8): a new share names them only when they are set.
+OPT_IN_DEFAULTS = {"fair_share_weight": 1, "min_runtime_seconds": 0, "fair_sharing": False}
 
 
 def show_errors(form: forms.BaseForm, error: ServiceError) -> None:
@@ -40,8 +43,10 @@ class QuotaShareAdminForm(forms.ModelForm):
         model = QuotaShare
         fields = SHARE_FORM_FIELDS
 
-    # The queue limits have defaults: a form that leaves them out (or empty) keeps them.
-    QUEUE_LIMITS = ("max_queued_jobs", "max_submissions_per_minute")
+    # The queue limits, the fair-share weight and the minimum runtime have defaults: a form
+    # that leaves them out (or empty) keeps them.
+    QUEUE_LIMITS = ("max_queued_jobs", "max_submissions_per_minute", "fair_share_weight",
+                    "min_runtime_seconds")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -64,12 +69,19 @@ class QuotaShareAdminForm(forms.ModelForm):
     def clean_max_submissions_per_minute(self) -> Any:
         return self._queue_limit("max_submissions_per_minute")
 
+    def clean_fair_share_weight(self) -> Any:
+        return self._queue_limit("fair_share_weight")
+
+    def clean_min_runtime_seconds(self) -> Any:
+        return self._queue_limit("min_runtime_seconds")
+
     def share_changes(self) -> dict[str, Any]:
         """What this form sets: every field when adding, the changed ones otherwise (so
         that switching the strategy alone clears borrow_limit, as docs/semantics.md 2 says)."""
         adding = self.instance.pk is None
         names = [name for name in SHARE_FORM_FIELDS if name in self.fields
-                 and name in self.cleaned_data and (adding or self._changed(name))]
+                 and name in self.cleaned_data and (adding or self._changed(name))
+                 and not (adding and OPT_IN_DEFAULTS.get(name, ...) == self.cleaned_data[name])]
         changes = {name: self.cleaned_data[name] for name in names}
         if "members" in changes:
             changes["members"] = list(changes["members"])

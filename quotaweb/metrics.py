@@ -34,6 +34,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from scheduler.decisions import PendingReason
 from scheduler.lifecycle import Outcome
 
 from .models import Attempt, CapacityUnit, CycleTotals, Job, QuotaShare, WarmPoolSegment
@@ -75,6 +76,7 @@ class QuotawebCollector(Collector):
         yield from self._capacity()
         yield from self._preemptions()
         yield from self._warm_pools()
+        yield from self._fair_sharing()
         yield self._cycles()
 
     def _usage(self) -> Iterable[Metric]:
@@ -157,6 +159,57 @@ class QuotawebCollector(Collector):
         for key in sorted(totals):
             billable.add_metric(list(key), totals[key])
         yield billable
+
+    def _fair_sharing(self) -> Iterable[Metric]:
+        """docs/semantics.md 5.4 and 5.8: where fair sharing is on, each share's weight and
+        the figure borrowers are ordered by, and who waits for a minimum runtime."""
+        fleet = bool(settings.QUOTAWEB.get("FAIR_SHARING", False))
+        switch = GaugeMetricFamily(
+            "quotaweb_capacity_fair_sharing",
+            "1 where borrowers take the unit's idle capacity by weight, 0 where first come, "
+            "first served.", labels=["capacity_unit"])
+        fair_units = set()
+        for unit, on in CapacityUnit.objects.order_by("name").values_list("name", "fair_sharing"):
+            switch.add_metric([unit], 1 if fleet or on else 0)
+            if fleet or on:
+                fair_units.add(unit)
+        yield switch
+        weight = GaugeMetricFamily("quotaweb_quota_share_fair_share_weight",
+                                   "The share's weight in fair sharing of idle capacity.",
+                                   labels=["quota_share"])
+        minimum = GaugeMetricFamily(
+            "quotaweb_quota_share_min_runtime_seconds",
+            "How long the share's RUNNING jobs run before they may be preempted (0: at once).",
+            labels=["quota_share"])
+        weights = {}
+        for name, share_weight, min_runtime in QuotaShare.live.order_by("name").values_list(
+                "name", "fair_share_weight", "min_runtime_seconds"):
+            weights[name] = share_weight
+            weight.add_metric([name], share_weight)
+            minimum.add_metric([name], min_runtime)
+        yield weight
+        yield minimum
+        ratio = GaugeMetricFamily(
+            "quotaweb_quota_share_borrowed_per_weight",
+            "Borrowed instances divided by the share's weight, on units with fair sharing: "
+            "idle capacity goes to the lowest first.", labels=SHARE_UNIT)
+        for key, figures in sorted(latest_figures().items()):
+            share, unit = _labels(key)
+            if unit in fair_units and share in weights:
+                ratio.add_metric([share, unit], figures["borrowed"] / weights[share])
+        yield ratio
+        waiting = GaugeMetricFamily(
+            "quotaweb_min_runtime_waiting_workloads",
+            "Jobs waiting only for lower-priority jobs of their share to reach their minimum "
+            "runtime (pending reason WAITING_FOR_MIN_RUNTIME).", labels=SHARE_UNIT)
+        for share, unit, count in Job.objects.filter(
+                quota_share__deleted_at__isnull=True, status__in=QUEUED_STATUSES,
+                pending_code=PendingReason.WAITING_FOR_MIN_RUNTIME.value).values_list(
+                "quota_share__name", "instance_type").annotate(n=Count("id")).values_list(
+                "quota_share__name", "instance_type", "n").order_by(
+                "quota_share__name", "instance_type"):
+            waiting.add_metric([share, unit], count)
+        yield waiting
 
     def _cycles(self) -> Metric:
         """From CycleTotals, which each cycle updates as it is recorded: one row, so a

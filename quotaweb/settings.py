@@ -174,6 +174,8 @@ QUOTAWEB = {
     "PREEMPTION_GRACE_SECONDS": env.integer("QUOTAWEB_PREEMPTION_GRACE_SECONDS", 30),
     "WARM_POOL_MAX_LIFETIME_SECONDS": env.integer(
         "QUOTAWEB_WARM_POOL_MAX_LIFETIME_SECONDS", 2_419_200, low=1),
+    # Fair sharing of idle capacity on every unit (docs/semantics.md 5.4); off: first come.
+    "FAIR_SHARING": env.boolean("QUOTAWEB_FAIR_SHARING", False),
     "TICK_SECONDS": 1,
     # How often the queued jobs' estimated starts are refreshed (in the background).
     "FORECAST_SECONDS": env.integer("QUOTAWEB_FORECAST_SECONDS", 5, low=1),

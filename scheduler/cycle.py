@@ -4,10 +4,12 @@ The pipeline, numbered as in docs/semantics.md 5:
   1. housekeeping: expired pools end;
   2. order: each share's queued jobs by priority, then submission;
   3. in-quota pass, reclaiming lent capacity when it must;
-  4. borrowing pass, FIFO across shares;
+  4. borrowing pass, FIFO across shares (by borrowed / weight where fair sharing is on);
   5. in-share preemption;
   6. repeat 3–5 until a round places and skips nothing;
-  7. lowered limits need no step: usage above a limit simply counts as borrowed.
+  7. lowered limits need no step: usage above a limit simply counts as borrowed;
+  8. minimum runtime: young attempts are left out of 5's victims and put last in 3's
+     (CycleState.in_share_candidates, reclaim_candidates).
 Then every queued job gets its pending reason and position.
 """
 
@@ -28,9 +30,10 @@ from .decisions import (
     TraceStep,
     Withdraw,
 )
+from .fair_share import fair_share_key, first_come_key
 from .holdings import Holdings
 from .model import Job, Policy, Snapshot, WarmPool
-from .ordering import borrow_fifo_key, in_quota_pick_key, in_share_head_key
+from .ordering import Key, borrow_fifo_key, in_quota_pick_key, in_share_head_key
 from .pending import pending_decisions
 from .plans import in_quota_plan, in_share_victims
 from .quiet_rounds import skip_quiet_rounds
@@ -171,13 +174,15 @@ class _Cycle:
     # 4. Borrowing pass ----------------------------------------------------------------
 
     def borrowing_pass(self) -> bool:
-        """Heads that can only borrow are placed in submission order; none preempts."""
+        """Heads that can only borrow are placed in submission order (by borrowed / weight on
+        a unit with fair sharing); none preempts."""
         state = self.state
         placed_any = False
         # A head without a pool to reuse that finds too few free instances now never fits
         # in this pass: placements only take instances.  Most rounds find none free.
+        key = self.borrow_key if state.fair_units else borrow_fifo_key
         waiting = [
-            (borrow_fifo_key(head), head)
+            (key(head), head)
             for head in state.heads()
             if (state.ledger(head.instance_type).free >= head.instance_count
                 or state.pools[head.quota_share])
@@ -196,8 +201,20 @@ class _Cycle:
             placed_any = True
             following = state.head(head.quota_share)
             if following is not None and state.borrows_on_placement(following):
-                heapq.heappush(waiting, (borrow_fifo_key(following), following))
+                heapq.heappush(waiting, (key(following), following))
         return placed_any
+
+    def borrow_key(self, head: Job) -> Key:
+        """The borrowing pass's order when some unit has fair sharing: by weight on those
+        units (fair_share_key), first come elsewhere.  A share's figure changes only when
+        it places, and its next head is then keyed afresh, so keys in the heap stay true."""
+        state = self.state
+        unit = head.instance_type
+        if unit not in state.fair_units:
+            return first_come_key(head)
+        share = head.quota_share
+        borrowed = state.ledger(unit).account(share).borrowed
+        return fair_share_key(borrowed, state.share(share).fair_share_weight, head)
 
     # 5. In-share preemption -----------------------------------------------------------
 

@@ -11,6 +11,7 @@ class PendingReason(StrEnum):
 
     SERVICE_ENVIRONMENT_MAX_RESOURCE = "MISCONFIGURATION:SERVICE_ENVIRONMENT_MAX_RESOURCE"
     QUOTA_MANAGEMENT_LIMIT_EXCEEDED = "MISCONFIGURATION:QUOTA_MANAGEMENT_LIMIT_EXCEEDED"
+    WAITING_FOR_MIN_RUNTIME = "WAITING_FOR_MIN_RUNTIME"
     BORROW_LIMIT_REACHED = "BORROW_LIMIT_REACHED"
     NO_IDLE_CAPACITY_TO_BORROW = "NO_IDLE_CAPACITY_TO_BORROW"
     WAITING_FOR_CAPACITY = "WAITING_FOR_CAPACITY"
@@ -34,6 +35,10 @@ PENDING_MESSAGES: dict[PendingReason, str] = {
     PendingReason.NO_IDLE_CAPACITY_TO_BORROW: (
         "The job would have to borrow, and other shares do not have enough idle capacity "
         "to lend."
+    ),
+    PendingReason.WAITING_FOR_MIN_RUNTIME: (
+        "The job could preempt lower-priority jobs of its quota share, but they have not "
+        "yet run for their minimum runtime; it runs when they have."
     ),
     PendingReason.WAITING_FOR_CAPACITY: (
         "The quota share is at its limit, or the capacity it is owed is held by jobs "

@@ -175,14 +175,29 @@ def limit_values(limits: Iterable[tuple[str, int]]) -> list[dict[str, Any]]:
     return [{"capacity_unit": unit, "max_capacity": limit} for unit, limit in sorted(limits)]
 
 
+# Fields of the opt-in fair-sharing rules (docs/semantics.md 5.4, 5.8) and their defaults.
+# A whole configuration (a creation, a deletion) names them only when they are set, so
+# that a configuration that never uses them is recorded exactly as before they existed.
+OPT_IN_DEFAULTS: Mapping[str, Any] = {
+    "fair_share_weight": 1, "min_runtime_seconds": 0, "fair_sharing": False,
+}
+
+
+def whole_values(values: Mapping[str, Any]) -> Values:
+    """A whole configuration as a creation or deletion records it: in name order, without
+    the opt-in fields that stand at their defaults."""
+    return {key: value for key, value in sorted(values.items())
+            if key not in OPT_IN_DEFAULTS or value != OPT_IN_DEFAULTS[key]}
+
+
 def change_values(before: Mapping[str, Any] | None, after: Mapping[str, Any] | None,
                   named: Iterable[str] = ()) -> tuple[Values | None, Values | None]:
     """`before` and `after` of a change from the whole configuration of a share or unit
     before and after it: the fields `named` and those whose value changed, in name order.
-    A creation or a deletion keeps the whole side that exists."""
+    A creation or a deletion keeps the whole side that exists (whole_values)."""
     if before is None or after is None:
-        return (None if before is None else dict(sorted(before.items())),
-                None if after is None else dict(sorted(after.items())))
+        return (None if before is None else whole_values(before),
+                None if after is None else whole_values(after))
     wanted = set(named)
     keys = sorted(key for key in after.keys() | before.keys()
                   if key in wanted or before.get(key) != after.get(key))

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from .decisions import Dispatch, Preempt
 from .lifecycle import Failure, Outcome, PoolStatus, WorkEnd
+from .min_runtime import min_runtime_ends_at, min_runtime_of
 from .model import Job, JobStatus, Snapshot, WarmPool
 from .simulate.records import Attempt, Pool, SimJob
 from .simulate.scenario import JobSpec, Scenario
@@ -136,7 +137,7 @@ class _Forecast:
             keep_alive_seconds=outlook.keep_alive_seconds, match=job.match, retry_attempts=1,
             preemption_retries=job.preemptions_left, max_runtime_seconds=NEVER,
             duration_seconds=duration, fail_at_seconds=None, failure=Failure.ALGORITHM_ERROR,
-            checkpoint_seconds=None,
+            checkpoint_seconds=None, min_runtime_seconds=job.min_runtime_seconds,
         )
         sim = SimJob(spec, job.sequence, 0, job.priority, outlook.keep_alive_seconds,
                      status=job.status, instances=job.instances)
@@ -159,6 +160,11 @@ class _Forecast:
             end = max(attempt.started_at + duration, 0)
             attempt.work_end = WorkEnd(end, Outcome.SUCCEEDED)
             self.world.at(end, END, job.sequence, sim, 1)
+            share = self.world.shares.get(job.quota_share)
+            shield_ends = min_runtime_ends_at(job, share) if share is not None else None
+            if shield_ends is not None and shield_ends > self.now:
+                # From then on it may be preempted: a cycle runs (semantics.md 5.8).
+                self.world.at(math.ceil(shield_ends - self.now), WAKE, job.sequence, sim, 0)
         elif job.status is JobStatus.STARTING:
             unit = self.world.capacity.get(job.instance_type)
             delay = unit.cold_start_seconds if unit is not None else 0
@@ -240,6 +246,9 @@ class _Forecast:
             parts.append(self.when_they_end(same_type or step.ended))
         if victims:
             parts.append("by preempting " + self.listed(victims))
+            if any(self.shield_ended(name, t) for name in victims):
+                parts.append("once their minimum runtime ends" if len(victims) > 1
+                             else "once its minimum runtime ends")
         if decision.warm_pool_id is not None:
             parts.append("on a warm pool")
         if not parts and t == 0:
@@ -249,6 +258,18 @@ class _Forecast:
         if not parts and self.grace_ends.get(decision.job_id) == t:
             parts.append("when its preemption grace ends")
         return ", ".join(parts) or "as capacity frees up"
+
+    def shield_ended(self, name: str, t: int) -> bool:
+        """Whether the victim's minimum runtime ended just now (it was what the job waited
+        for: semantics.md 5.8)."""
+        victim = self.world.jobs[name]
+        share = self.world.shares.get(victim.spec.quota_share)
+        if share is None or share.min_runtime_seconds == 0 or not victim.attempts:
+            return False
+        started = victim.current.started_at
+        if started is None:
+            return False
+        return started + min_runtime_of(victim.as_engine_job(), share) == t
 
     def when_they_end(self, names: list[str]) -> str:
         ordered = sorted(names, key=lambda name: self.world.jobs[name].sequence)

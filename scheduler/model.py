@@ -71,6 +71,7 @@ class CapacityUnit:
     warm_pool_limit: int = 0
     cold_start_seconds: int = 60
     warm_start_seconds: int = 5
+    fair_sharing: bool = False  # borrowers take its idle capacity by weight (semantics.md 5.4)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +81,9 @@ class QuotaShare:
     `limits` maps capacity unit → L(s,u); a unit that is not listed has limit 0.
     `borrow_limit` is None unless the strategy is LEND_AND_BORROW (−1 = unlimited; None
     there reads as the default, −1).
+    `fair_share_weight` orders borrowers where fair sharing is on (semantics.md 5.4);
+    `min_runtime_seconds` shields the share's young RUNNING attempts from preemption
+    (semantics.md 5.8).
     """
 
     name: str
@@ -89,6 +93,8 @@ class QuotaShare:
     in_share_preemption: bool = False
     state: ShareState = ShareState.ENABLED
     max_keep_alive_seconds: int = 3600
+    fair_share_weight: int = 1
+    min_runtime_seconds: int = 0
 
     def limit(self, unit: str) -> int:
         """L(s,u): the share's capacity limit on `unit`, 0 when not listed."""
@@ -130,7 +136,8 @@ class Job:
     `preemptions_left` is how many more preemptions it survives (None: unlimited; 0: the
     next one fails it).
     `pending_code` is the reason the shell last stored, so that a cycle reports only
-    changes.
+    changes.  `min_runtime_seconds` is the job's own minimum runtime (None: its share's;
+    never more than its share's, semantics.md 5.8).
     """
 
     id: str
@@ -147,6 +154,7 @@ class Job:
     not_before: float | None = None
     preemptions_left: int | None = None
     pending_code: str | None = None
+    min_runtime_seconds: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +185,7 @@ class Policy:
 
     preemption_grace_seconds: float = 30
     warm_pool_max_lifetime_seconds: float = 2_419_200
+    fair_sharing: bool = False  # on every unit (FAIR_SHARING; a unit may turn it on alone)
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
 from .backlog import Backlog
+from .fair_share import fair_sharing_units
 from .holdings import Holdings
+from .min_runtime import shielded_by_min_runtime
 from .model import Job, JobStatus, Policy, QuotaShare, Snapshot, WarmPool
 from .ordering import eviction_key, pool_reuse_key
 from .queues import Run, ShareQueues
@@ -39,6 +41,11 @@ class CycleState(ShareQueues):
         self.shares: dict[str, QuotaShare] = dict(backlog.shares)
         self.share_names = sorted(self.shares)
         self.any_in_share_preemption = any(s.in_share_preemption for s in self.shares.values())
+        # Both rules are opt-in: empty sets leave every decision as it was without them.
+        self.fair_units = fair_sharing_units(policy, self.capacity.values())
+        self.min_runtime_shares = frozenset(
+            name for name, share in self.shares.items() if share.min_runtime_seconds > 0
+        )
         self.queues: dict[str, list[Job]] = backlog.queues
         self.active: dict[str, dict[str, Job]] = defaultdict(dict)
         self.pools: dict[str, dict[str, WarmPool]] = {name: {} for name in self.share_names}
@@ -204,7 +211,22 @@ class CycleState(ShareQueues):
             if job.quota_share in borrowing
         ]
         holdings.sort(key=lambda holding: holding.key)
+        if self.min_runtime_shares and not self.min_runtime_shares.isdisjoint(borrowing):
+            # Young attempts go last, each group in victim order: taken only when nothing
+            # else frees the instances, and then spared first (semantics.md 5.8).
+            shielded = [h for h in holdings if self.shielded(h)]
+            if shielded:
+                holdings = [h for h in holdings if not self.shielded(h)] + shielded
         return holdings
+
+    def shielded(self, holding: Holding) -> bool:
+        """Whether a holding is a RUNNING attempt inside its minimum runtime."""
+        job = holding.job
+        return (
+            job is not None
+            and holding.share in self.min_runtime_shares
+            and shielded_by_min_runtime(job, self.shares[holding.share], self.now)
+        )
 
     def in_share_candidates(self, head: Job, reuse: WarmPool | None) -> list[Holding]:
         """The share's own pools (but the one the head reuses) and its active jobs of
@@ -220,8 +242,23 @@ class CycleState(ShareQueues):
             for job in self.active[unit].values()
             if job.quota_share == share and job.priority < head.priority
         ]
+        if share in self.min_runtime_shares:
+            # A young attempt is never an in-share victim (semantics.md 5.8).
+            holdings = [holding for holding in holdings if not self.shielded(holding)]
         holdings.sort(key=lambda holding: holding.key)
         return holdings
+
+    def shielded_in_share(self, head: Job) -> list[Holding]:
+        """The share's young attempts that `head` could otherwise preempt in its share."""
+        share, unit = head.quota_share, head.instance_type
+        if share not in self.min_runtime_shares:
+            return []
+        return [
+            holding
+            for holding in (Holding.of_job(job) for job in self.active[unit].values()
+                            if job.quota_share == share and job.priority < head.priority)
+            if self.shielded(holding)
+        ]
 
     # Changes ----------------------------------------------------------------------------
 

@@ -33,7 +33,7 @@ from .base import ServiceAdmin, record_formset_changes, report_outcome
 class CapacityUnitAdmin(ServiceAdmin):
     form = CapacityUnitAdminForm
     list_display = ("name", "max_capacity", "limits_total", "warm_pool_limit",
-                    "cold_start_seconds", "warm_start_seconds")
+                    "cold_start_seconds", "warm_start_seconds", "fair_sharing")
     search_fields = ("name",)
     actions = ("delete_units",)
 
@@ -96,7 +96,8 @@ class QuotaShareAdmin(ServiceAdmin):
     form = QuotaShareAdminForm
     inlines = (CapacityLimitInline,)
     list_display = ("name", "sharing_strategy", "borrow_limit", "in_share_preemption", "state",
-                    "max_keep_alive_seconds", "limits", "member_count")
+                    "max_keep_alive_seconds", "fair_share_weight", "min_runtime_seconds",
+                    "limits", "member_count")
     list_filter = ("sharing_strategy", "state", "in_share_preemption")
     search_fields = ("name",)
     filter_horizontal = ("members",)

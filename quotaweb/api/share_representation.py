@@ -23,6 +23,7 @@ def unit_dict(unit: CapacityUnit) -> dict[str, Any]:
         "warm_pool_limit": unit.warm_pool_limit,
         "cold_start_seconds": unit.cold_start_seconds,
         "warm_start_seconds": unit.warm_start_seconds,
+        "fair_sharing": unit.fair_sharing,
     }
 
 
@@ -57,6 +58,8 @@ def share_dict(share: QuotaShare, latest: dict[tuple[int, str], dict[str, int]])
         "in_share_preemption": share.in_share_preemption,
         "state": share.state,
         "max_keep_alive_seconds": share.max_keep_alive_seconds,
+        "fair_share_weight": share.fair_share_weight,
+        "min_runtime_seconds": share.min_runtime_seconds,
         "max_queued_jobs": share.max_queued_jobs,
         "max_submissions_per_minute": share.max_submissions_per_minute,
         "members": sorted(member.get_username() for member in share.members.all()),

@@ -235,6 +235,12 @@ def build_parser() -> argparse.ArgumentParser:
                          metavar="SHARE=PERCENT", help="repeatable; -1 unlimited")
     what_if.add_argument("--in-share-preemption", type=_share_switch, action="append",
                          default=[], metavar="SHARE=on|off", help="repeatable")
+    what_if.add_argument("--weight", type=_share_number, action="append", default=[],
+                         metavar="SHARE=N", help="repeatable: a share's fair-share weight")
+    what_if.add_argument("--min-runtime", type=_share_number, action="append", default=[],
+                         metavar="SHARE=SECONDS", help="repeatable: a share's minimum runtime")
+    what_if.add_argument("--fair-sharing", choices=("on", "off"),
+                         help="fair sharing of idle capacity on every unit [as configured]")
 
     pools = command("warm-pools", "List warm pools, newest first.")
     pools.add_argument("--status", type=_pool_status, action="append", default=[],

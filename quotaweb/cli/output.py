@@ -187,8 +187,8 @@ def report_table(report: Json) -> str:
 
 
 def what_if_changes(args: argparse.Namespace) -> tuple[list[Json], list[Json]]:
-    """The --capacity, --limit, --strategy, --borrow-limit and --in-share-preemption
-    options as the API's `capacity` and `quota_shares` changes."""
+    """The --capacity, --limit, --strategy, --borrow-limit, --in-share-preemption,
+    --weight and --min-runtime options as the API's `capacity` and `quota_shares` changes."""
     capacity = [{"capacity_unit": unit, "max_capacity": n} for unit, n in args.capacity]
     shares: dict[str, Json] = {}
 
@@ -204,6 +204,10 @@ def what_if_changes(args: argparse.Namespace) -> tuple[list[Json], list[Json]]:
         share(name)["borrow_limit"] = percent
     for name, on in args.in_share_preemption:
         share(name)["in_share_preemption"] = on
+    for name, weight in args.weight:
+        share(name)["fair_share_weight"] = weight
+    for name, seconds in args.min_runtime:
+        share(name)["min_runtime_seconds"] = seconds
     return capacity, list(shares.values())
 
 

@@ -14,6 +14,8 @@ class CapacityUnit(models.Model):
         default=0, help_text="Instances that warm pools of this type may keep (0: none).")
     cold_start_seconds = models.PositiveIntegerField(default=60)
     warm_start_seconds = models.PositiveIntegerField(default=5)
+    fair_sharing = models.BooleanField(
+        default=False, help_text="Borrowers take this unit's idle capacity by weight.")
 
     class Meta:
         ordering = ["name"]

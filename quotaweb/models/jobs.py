@@ -43,6 +43,8 @@ class Job(models.Model):
     retry_attempts = models.PositiveIntegerField(default=1)
     preemption_retries_before_termination = models.PositiveIntegerField(null=True, blank=True)
     max_runtime_seconds = models.PositiveIntegerField(default=86_400)
+    # Up to the share's minimum runtime; null: the share's (docs/semantics.md 5.8).
+    min_runtime_seconds = models.PositiveIntegerField(null=True, blank=True)
     # What to run.
     executor = models.CharField(max_length=16, choices=Executor.choices)
     command = models.TextField(blank=True, default="")

@@ -32,6 +32,14 @@ class QuotaShare(models.Model):
                              default=ShareState.ENABLED)
     max_keep_alive_seconds = models.PositiveIntegerField(
         default=3600, validators=[MaxValueValidator(3600)])
+    # docs/semantics.md 5.4 and 5.8: both change nothing until fair sharing is on or a
+    # minimum runtime is set.
+    fair_share_weight = models.PositiveIntegerField(
+        default=1, validators=[MinValueValidator(1), MaxValueValidator(10_000)],
+        help_text="Weight in fair sharing of idle capacity (where fair sharing is on).")
+    min_runtime_seconds = models.PositiveIntegerField(
+        default=0, validators=[MaxValueValidator(86_400)],
+        help_text="Seconds a RUNNING job runs before it may be preempted (0: at once).")
     # Guards against one member flooding the queue (every queued job costs the cycle):
     # submissions beyond either limit are refused.  Administrators set them per share.
     max_queued_jobs = models.PositiveIntegerField(

@@ -52,8 +52,11 @@ LABELS = {  # in the order the sentences come (after the limits; other fields by
     "max_submissions_per_minute": "max submissions per minute",
     "max_capacity": "max capacity", "warm_pool_limit": "warm pool limit",
     "cold_start_seconds": "cold start", "warm_start_seconds": "warm start",
+    "fair_share_weight": "fair-share weight", "min_runtime_seconds": "minimum runtime",
+    "fair_sharing": "fair sharing",
 }
-SECONDS = frozenset({"max_keep_alive_seconds", "cold_start_seconds", "warm_start_seconds"})
+SECONDS = frozenset({"max_keep_alive_seconds", "cold_start_seconds", "warm_start_seconds",
+                     "min_runtime_seconds"})
 ORDER = {key: place for place, key in enumerate(("capacity_limits", *LABELS))}
 
 

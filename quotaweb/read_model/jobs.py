@@ -174,6 +174,7 @@ FIELDS: dict[str, Callable[[Job, View], Any]] = {
     "retry_attempts": _plain("retry_attempts"),
     "preemption_retries_before_termination": _plain("preemption_retries_before_termination"),
     "max_runtime_seconds": _plain("max_runtime_seconds"),
+    "min_runtime_seconds": _plain("min_runtime_seconds"),
     "executor": _plain("executor"),
     # A command is shown only for the local executor, which runs it.
     "command": lambda job, view: job.command if view.secrets

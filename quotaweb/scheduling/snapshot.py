@@ -37,7 +37,7 @@ JOB_FIELDS = (
     "role", "volume_size_gb", "volume_kms_key_id",
     "enable_network_isolation", "enable_inter_container_traffic_encryption",
     "scheduled_at", "started_at", "not_before", "preempted_count",
-    "preemption_retries_before_termination", "pending_code",
+    "preemption_retries_before_termination", "pending_code", "min_runtime_seconds",
 )
 # JSON columns read as text and decoded once per distinct value: Django's per-row JSON
 # decoding was most of the snapshot's time at 15,000 jobs (nearly every value is "[]").
@@ -67,6 +67,7 @@ def policy() -> Policy:
     return Policy(
         preemption_grace_seconds=config["PREEMPTION_GRACE_SECONDS"],
         warm_pool_max_lifetime_seconds=config["WARM_POOL_MAX_LIFETIME_SECONDS"],
+        fair_sharing=config.get("FAIR_SHARING", False),
     )
 
 
@@ -176,6 +177,7 @@ def _job(row: dict[str, Any], share: str, decoder: _Decoder) -> Job:
             row["preempted_count"], row["preemption_retries_before_termination"]
         ),
         pending_code=row["pending_code"],
+        min_runtime_seconds=row["min_runtime_seconds"],
     )
 
 
@@ -184,7 +186,7 @@ def load_snapshot(now: datetime) -> LoadedSnapshot:
     four queries."""
     capacity = tuple(
         CapacityUnit(u.name, u.max_capacity, u.warm_pool_limit, u.cold_start_seconds,
-                     u.warm_start_seconds)
+                     u.warm_start_seconds, u.fair_sharing)
         for u in models.CapacityUnit.objects.all()
     )
     limits: dict[int, list[tuple[str, int]]] = {}
@@ -194,12 +196,15 @@ def load_snapshot(now: datetime) -> LoadedSnapshot:
         "quota_share_id", "quota_share__name", "quota_share__sharing_strategy",
         "quota_share__borrow_limit", "quota_share__in_share_preemption", "quota_share__state",
         "quota_share__max_keep_alive_seconds", "capacity_unit", "max_capacity",
+        "quota_share__fair_share_weight", "quota_share__min_runtime_seconds",
     )
     described: dict[int, tuple[object, ...]] = {}
-    for share_id, name, strategy, borrow, in_share, state, keep, unit, limit in rows:
+    for share_id, name, strategy, borrow, in_share, state, keep, unit, limit, weight, \
+            min_runtime in rows:
         limits.setdefault(share_id, []).append((unit, limit))
-        described[share_id] = (name, strategy, borrow, in_share, state, keep)
-    for share_id, (name, strategy, borrow, in_share, state, keep) in sorted(described.items()):
+        described[share_id] = (name, strategy, borrow, in_share, state, keep, weight, min_runtime)
+    for share_id, (name, strategy, borrow, in_share, state, keep, weight, min_runtime) in sorted(
+            described.items()):
         names[share_id] = str(name)
         shares.append(QuotaShare(
             name=str(name),
@@ -209,6 +214,8 @@ def load_snapshot(now: datetime) -> LoadedSnapshot:
             in_share_preemption=bool(in_share),
             state=ShareState(state),
             max_keep_alive_seconds=int(keep),  # type: ignore[call-overload]
+            fair_share_weight=int(weight),  # type: ignore[call-overload]
+            min_runtime_seconds=int(min_runtime),  # type: ignore[call-overload]
         ))
     decoder = _Decoder()
     live = models.Job.objects.filter(

@@ -21,7 +21,8 @@ from .errors import ConfigurationError, NotFound, Problems
 
 CAPACITY_FIELDS = ("max_capacity", "warm_pool_limit", "cold_start_seconds",
                    "warm_start_seconds")
-CAPACITY_DEFAULTS = {"warm_pool_limit": 0, "cold_start_seconds": 60, "warm_start_seconds": 5}
+CAPACITY_DEFAULTS = {"warm_pool_limit": 0, "cold_start_seconds": 60, "warm_start_seconds": 5,
+                     "fair_sharing": False}
 
 
 def over_capacity_message(unit: str, total: int, capacity: int, *, known: bool = True) -> str:
@@ -59,7 +60,8 @@ def lock_configuration() -> dict[str, CapacityUnit]:
 
 def unit_values(unit: CapacityUnit) -> dict[str, Any]:
     """A unit's figures as CAPACITY_UPDATED records them (docs/api.md, Events)."""
-    return {field: getattr(unit, field) for field in CAPACITY_FIELDS}
+    return {**{field: getattr(unit, field) for field in CAPACITY_FIELDS},
+            "fair_sharing": unit.fair_sharing}
 
 
 # Validating capacity -------------------------------------------------------------------
@@ -72,7 +74,7 @@ def validate_capacity_unit(
     Lowering max_capacity below the live shares' Σ limits on it is refused.  Field names
     in errors start with `prefix` (e.g. "capacity_limits[0]." for a list)."""
     problems = Problems()
-    allowed = frozenset({"name", *CAPACITY_FIELDS})
+    allowed = frozenset({"name", *CAPACITY_FIELDS, "fair_sharing"})
     values.unknown_fields(problems, changes, allowed)
     given = dict(changes)
     if unit is None:
@@ -86,6 +88,8 @@ def validate_capacity_unit(
     for field in CAPACITY_FIELDS:
         if field in given:
             cleaned[field] = values.integer(problems, field, given[field], 0)
+    if "fair_sharing" in given:  # docs/semantics.md 5.4: this unit's borrowers by weight
+        cleaned["fair_sharing"] = values.boolean(problems, "fair_sharing", given["fair_sharing"])
     new_capacity = cleaned.get("max_capacity")
     if new_capacity is not None and unit is not None and new_capacity < unit.max_capacity:
         total = limit_totals().get(unit.name, 0)
@@ -122,8 +126,8 @@ def validate_unit_removal(unit: CapacityUnit, *, field: str = "name") -> None:
 
 def validate_capacity(units: object) -> list[dict[str, Any]]:
     """A whole capacity (docs/api.md PUT /capacity): a list of
-    {capacity_unit, max_capacity, warm_pool_limit, cold_start_seconds, warm_start_seconds}
-    with distinct units.  Returns the units as model field values."""
+    {capacity_unit, max_capacity, warm_pool_limit, cold_start_seconds, warm_start_seconds,
+    fair_sharing} with distinct units.  Returns the units as model field values."""
     if not isinstance(units, list | tuple):
         raise ConfigurationError({"capacity_limits": ["capacity_limits must be a list."]})
     existing = {unit.name: unit for unit in CapacityUnit.objects.all()}

@@ -29,7 +29,13 @@ from django.db import transaction
 from django.utils import timezone
 
 from scheduler.decisions import PoolTermination
-from scheduler.events import ShareDeleted, ShareUpdated, change_values, limit_values
+from scheduler.events import (
+    ShareDeleted,
+    ShareUpdated,
+    change_values,
+    limit_values,
+    whole_values,
+)
 
 from ..models import CapacityLimit, Job, QuotaShare, WarmPool
 from ..models.jobs import TERMINAL_STATUSES
@@ -59,8 +65,12 @@ from .errors import ConfigurationError, Conflict, NotFound, Problems
 SHARE_FIELDS = frozenset({
     "name", "capacity_limits", "sharing_strategy", "borrow_limit", "in_share_preemption",
     "state", "max_keep_alive_seconds", "members", "max_queued_jobs",
-    "max_submissions_per_minute",
+    "max_submissions_per_minute", "fair_share_weight", "min_runtime_seconds",
 })
+# The opt-in fields of docs/semantics.md 5.4 and 5.8: a creation names them only when given.
+OPT_IN_FIELDS = frozenset({"fair_share_weight", "min_runtime_seconds"})
+MAX_FAIR_SHARE_WEIGHT = 10_000
+MAX_MIN_RUNTIME_SECONDS = 86_400
 # The queue limits' ranges: at least one job, at most what an integer column holds.
 QUEUE_LIMITS = ("max_queued_jobs", "max_submissions_per_minute")
 MAX_LIMITS = 5
@@ -199,6 +209,13 @@ def _share_scalars(
     for field in QUEUE_LIMITS:
         if field in given:
             cleaned[field] = values.integer(problems, field, given[field], 1)
+    if "fair_share_weight" in given:
+        cleaned["fair_share_weight"] = values.integer(
+            problems, "fair_share_weight", given["fair_share_weight"], 1, MAX_FAIR_SHARE_WEIGHT)
+    if "min_runtime_seconds" in given:
+        cleaned["min_runtime_seconds"] = values.integer(
+            problems, "min_runtime_seconds", given["min_runtime_seconds"], 0,
+            MAX_MIN_RUNTIME_SECONDS)
     strategy = cleaned.get("sharing_strategy") or (share.sharing_strategy if share else None)
     if "sharing_strategy" in given and cleaned["sharing_strategy"] is None:
         return cleaned  # the strategy is invalid: borrow_limit cannot be judged
@@ -293,7 +310,8 @@ def create_share(**fields: Any) -> QuotaShare:
         _replace_limits(share, limits)
         if members:
             share.members.set(members)
-        events.emit(ShareUpdated(tuple(sorted((SHARE_FIELDS - {"members"}) | set(fields))),
+        named = (SHARE_FIELDS - {"members"} - OPT_IN_FIELDS) | set(fields)
+        events.emit(ShareUpdated(tuple(sorted(named)),
                                  *change_values(None, share_values(share))),
                     quota_share=share.name)
     return share
@@ -332,6 +350,8 @@ def share_values(share: QuotaShare) -> dict[str, Any]:
             "sharing_strategy": share.sharing_strategy, "borrow_limit": share.borrow_limit,
             "in_share_preemption": share.in_share_preemption, "state": share.state,
             "max_keep_alive_seconds": share.max_keep_alive_seconds,
+            "fair_share_weight": share.fair_share_weight,
+            "min_runtime_seconds": share.min_runtime_seconds,
             **{field: getattr(share, field) for field in QUEUE_LIMITS}}
 
 
@@ -365,7 +385,7 @@ def delete_share(share: QuotaShare, *, now: datetime | None = None) -> QuotaShar
             end_available_pool(pool, PoolTermination.USER, now)
         locked.deleted_at = now
         locked.save(update_fields=["deleted_at", "updated_at"])
-        events.emit(ShareDeleted(dict(sorted(share_values(locked).items()))),
+        events.emit(ShareDeleted(whole_values(share_values(locked))),
                     quota_share=locked.name, time=now)
     return locked
 

@@ -103,6 +103,7 @@ def recorded_history(start: datetime, end: datetime) -> RecordedHistory:
             "preemption_grace_seconds": settings.QUOTAWEB["PREEMPTION_GRACE_SECONDS"],
             "warm_pool_max_lifetime_seconds":
                 settings.QUOTAWEB["WARM_POOL_MAX_LIFETIME_SECONDS"],
+            **({"fair_sharing": True} if settings.QUOTAWEB.get("FAIR_SHARING") else {}),
         },
         "capacity": [configuration.units[name] for name in sorted(configuration.units)],
         "quota_shares": [configuration.shares[name] for name in sorted(configuration.shares)],
@@ -167,6 +168,8 @@ def _submission(job: Job, start: datetime, running: Attempt | None, event: int |
     if job.preemption_retries_before_termination is not None:
         body["preemption_retries_before_termination"] = \
             job.preemption_retries_before_termination
+    if job.min_runtime_seconds is not None:
+        body["min_runtime_seconds"] = job.min_runtime_seconds
     at = 0 if carried else _second(start, job.created_at)
     # Actions of one second in commit order: a submission by its SUBMITTED event (which
     # precedes the job's changes), among the changes recorded in that second; jobs carried
@@ -225,7 +228,8 @@ def _capacity() -> list[dict[str, Any]]:
     return [{"capacity_unit": unit.name, "max_capacity": unit.max_capacity,
              "warm_pool_limit": unit.warm_pool_limit,
              "cold_start_seconds": unit.cold_start_seconds,
-             "warm_start_seconds": unit.warm_start_seconds}
+             "warm_start_seconds": unit.warm_start_seconds,
+             **({"fair_sharing": True} if unit.fair_sharing else {})}
             for unit in CapacityUnit.objects.order_by("name")]
 
 
@@ -242,6 +246,11 @@ def _shares() -> list[dict[str, Any]]:
         }
         if share.borrow_limit is not None:
             row["borrow_limit"] = share.borrow_limit
+        # The opt-in fields (docs/semantics.md 5.4, 5.8) only when set, as events name them.
+        if share.fair_share_weight != 1:
+            row["fair_share_weight"] = share.fair_share_weight
+        if share.min_runtime_seconds:
+            row["min_runtime_seconds"] = share.min_runtime_seconds
         shares.append(row)
     return shares
 
@@ -249,8 +258,9 @@ def _shares() -> list[dict[str, Any]]:
 # The configuration at the period's start, and its changes in the period -----------------
 
 SHARE_VALUES = ("capacity_limits", "sharing_strategy", "borrow_limit", "in_share_preemption",
-                "state", "max_keep_alive_seconds")
-UNIT_VALUES = ("max_capacity", "warm_pool_limit", "cold_start_seconds", "warm_start_seconds")
+                "state", "max_keep_alive_seconds", "fair_share_weight", "min_runtime_seconds")
+UNIT_VALUES = ("max_capacity", "warm_pool_limit", "cold_start_seconds", "warm_start_seconds",
+               "fair_sharing")
 CONFIGURATION_EVENTS = (EventType.SHARE_UPDATED, EventType.SHARE_DELETED,
                         EventType.CAPACITY_UPDATED)
 

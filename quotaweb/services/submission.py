@@ -39,6 +39,8 @@ def request_fingerprint(fields: Mapping[str, Any]) -> str:
         body["quota_share"] = body["quota_share"].name
     if body.get("command") == "":
         body["command"] = None
+    if body.get("min_runtime_seconds") is None:  # as before the field existed
+        body.pop("min_runtime_seconds", None)
     canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(canonical.encode()).hexdigest()
 
@@ -54,11 +56,21 @@ def validate_submission(fields: Mapping[str, Any], share: QuotaShare) -> dict[st
         _instance_type(problems, fields["instance_type"], share)
     if "keep_alive_seconds" not in found:
         keep_alive_within_cap(problems, fields.get("keep_alive_seconds", 0), share)
+    if "min_runtime_seconds" not in found and fields.get("min_runtime_seconds") is not None:
+        _min_runtime_within_share(problems, fields["min_runtime_seconds"], share)
     if problems or submission is None:
         raise ValidationFailed(problems.fields)
     cleaned = submission.model_dump(exclude={"quota_share"})
     cleaned["command"] = cleaned["command"] or ""  # the column's "no command"
     return cleaned
+
+
+def _min_runtime_within_share(problems: Problems, value: int, share: QuotaShare) -> None:
+    """A job's min_runtime_seconds is at most its share's (docs/semantics.md 5.8)."""
+    if value > share.min_runtime_seconds:
+        problems.add("min_runtime_seconds",
+                     f"min_runtime_seconds {value} is above quota share {share.name}'s "
+                     f"minimum runtime of {share.min_runtime_seconds}.")
 
 
 def _instance_type(problems: Problems, value: object, share: QuotaShare) -> None:

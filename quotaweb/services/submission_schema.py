@@ -111,6 +111,10 @@ class Submission(BaseModel):
         None, ge=0, le=MAX_INT,
         description="null: unlimited; r: FAILED at the (r+1)-th preemption.")
     max_runtime_seconds: int = Field(86_400, ge=1, le=MAX_INT, description="Per attempt.")
+    min_runtime_seconds: int | None = Field(
+        None, ge=0, le=MAX_INT,
+        description="null: the quota share's; else up to the share's min_runtime_seconds: "
+                    "how long an attempt runs before it may be preempted.")
     environment: Environment = Field(default_factory=dict)
     command: Text | None = Field(None, max_length=MAX_COMMAND,
                                  description="A shell command (local executor).")

@@ -26,9 +26,9 @@ from .errors import ValidationFailed
 from .recorded_history import MAX_JOBS, MAX_PERIOD, RecordedHistory, recorded_history
 
 CAPACITY_CHANGES = frozenset({"capacity_unit", "max_capacity", "warm_pool_limit",
-                              "cold_start_seconds", "warm_start_seconds"})
+                              "cold_start_seconds", "warm_start_seconds", "fair_sharing"})
 SHARE_CHANGES = frozenset({"name", "capacity_limits", "sharing_strategy", "borrow_limit",
-                           "in_share_preemption"})
+                           "in_share_preemption", "fair_share_weight", "min_runtime_seconds"})
 STRATEGY_FIELDS = frozenset({"sharing_strategy", "borrow_limit"})
 RECORDED_CHANGES = (("update_share", "name"), ("update_capacity", "capacity_unit"))
 KINDS = ("CROSS_SHARE", "IN_SHARE")
@@ -52,6 +52,10 @@ class WhatIf:
     def as_dict(self) -> dict[str, Any]:
         return {
             "start": self.history.start, "end": self.history.end,
+            "fair_sharing": {
+                "recorded": bool(self.history.document.get("settings", {}).get("fair_sharing")),
+                "changed": bool(self.changed_document.get("settings", {}).get("fair_sharing")),
+            },
             "jobs": sum(1 for a in self.history.document["actions"] if "submit" in a),
             "notes": self.history.notes,
             "configuration": configuration_of(self.history.document),
@@ -63,12 +67,17 @@ class WhatIf:
 
 
 def what_if(start: datetime, end: datetime, *, capacity: Sequence[Mapping[str, Any]] = (),
-            quota_shares: Sequence[Mapping[str, Any]] = ()) -> WhatIf:
+            quota_shares: Sequence[Mapping[str, Any]] = (),
+            fair_sharing: bool | None = None) -> WhatIf:
     """Replay [start, end) with the recorded configuration and with the changes; raises
-    ValidationFailed (nothing is changed) for a bad period or change."""
+    ValidationFailed (nothing is changed) for a bad period or change.  `fair_sharing`
+    turns fair sharing on (or off) for every unit in the changed replay."""
     history = recorded_history(start, end)
     changed_document = changed_configuration(history.document, capacity, quota_shares,
                                              created_shares=history.created_shares)
+    if fair_sharing is not None:
+        changed_document["settings"] = {**changed_document.get("settings", {}),
+                                        "fair_sharing": fair_sharing}
     deadline = time.monotonic() + REPLAY_BUDGET_SECONDS
     recorded = _run(history.document, "the recorded configuration", deadline)
     changed = _run(changed_document, "the changed configuration", deadline)

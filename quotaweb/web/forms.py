@@ -165,6 +165,14 @@ class ShareForm(forms.Form):
     max_submissions_per_minute = forms.IntegerField(
         required=False, widget=NUMBER, label="Submissions per user per minute",
         help_text="Jobs one user may submit to the share in any minute.")
+    fair_share_weight = forms.IntegerField(
+        required=False, widget=NUMBER, label="Fair-share weight",
+        help_text="Where fair sharing is on, idle capacity goes to the borrower with the "
+                  "fewest borrowed instances per weight.")
+    min_runtime_seconds = forms.IntegerField(
+        required=False, widget=NUMBER, label="Minimum runtime (seconds)",
+        help_text="A running job is not preempted in the share before this, and reclaimed "
+                  "only when nothing else frees the instances; 0: at once.")
     members = forms.ModelMultipleChoiceField(
         queryset=get_user_model().objects.order_by("username"), required=False,
         widget=forms.CheckboxSelectMultiple)
@@ -183,6 +191,8 @@ class ShareForm(forms.Form):
             "max_keep_alive_seconds": share.max_keep_alive_seconds,
             "max_queued_jobs": share.max_queued_jobs,
             "max_submissions_per_minute": share.max_submissions_per_minute,
+            "fair_share_weight": share.fair_share_weight,
+            "min_runtime_seconds": share.min_runtime_seconds,
             "members": list(share.members.order_by("username")),
         }
         for index, unit in enumerate(self.units):
@@ -209,7 +219,8 @@ class ShareForm(forms.Form):
             changes["capacity_limits"] = limits
         for field in ("sharing_strategy", "in_share_preemption", "state",
                       "max_keep_alive_seconds", "max_queued_jobs",
-                      "max_submissions_per_minute"):
+                      "max_submissions_per_minute", "fair_share_weight",
+                      "min_runtime_seconds"):
             if data[field] is not None and data[field] != getattr(self.share, field):
                 changes[field] = data[field]
         # Empty reads as "no value": unlimited for LEND_AND_BORROW, none otherwise; with a
@@ -231,7 +242,10 @@ class CapacityUnitForm(forms.Form):
     warm_pool_limit = forms.IntegerField(initial=0, widget=NUMBER, label="Warm-pool limit")
     cold_start_seconds = forms.IntegerField(initial=60, widget=NUMBER, label="Cold start (s)")
     warm_start_seconds = forms.IntegerField(initial=5, widget=NUMBER, label="Warm start (s)")
-    FIGURES = ("max_capacity", "warm_pool_limit", "cold_start_seconds", "warm_start_seconds")
+    fair_sharing = forms.BooleanField(required=False, label="Fair sharing",
+                                      help_text="Borrowers take idle capacity by weight.")
+    FIGURES = ("max_capacity", "warm_pool_limit", "cold_start_seconds", "warm_start_seconds",
+               "fair_sharing")
 
     def __init__(self, *args: Any, unit: CapacityUnit | None = None, **kwargs: Any) -> None:
         self.unit = unit

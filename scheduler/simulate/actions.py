@@ -17,12 +17,15 @@ from ..events import (
     WarmPoolUpdated,
     change_values,
     limit_values,
+    whole_values,
 )
 from ..lifecycle import PoolStatus, keep_alive_expiry
 from ..model import CapacityUnit, QuotaShare, ShareState, Strategy
 from .reader import Reader, ScenarioError
 from .records import SimJob
 from .scenario import (
+    MAX_FAIR_SHARE_WEIGHT,
+    MAX_MIN_RUNTIME_SECONDS,
     STATES,
     STRATEGIES,
     Action,
@@ -76,6 +79,10 @@ def submit(world: World, spec: JobSpec, t: int) -> None:
     elif spec.keep_alive_seconds > share.max_keep_alive_seconds:
         reason = (f"keep_alive_seconds {spec.keep_alive_seconds} is above quota share "
                   f"{share.name}'s cap of {share.max_keep_alive_seconds}.")
+    elif (spec.min_runtime_seconds is not None
+          and spec.min_runtime_seconds > share.min_runtime_seconds):
+        reason = (f"min_runtime_seconds {spec.min_runtime_seconds} is above quota share "
+                  f"{share.name}'s minimum runtime of {share.min_runtime_seconds}.")
     if reason is not None:
         world.emit(t, SubmitRejected(reason), spec.name, spec.quota_share)
         return
@@ -152,6 +159,12 @@ def update_share(world: World, body: Reader, t: int) -> None:
     if body.has("max_keep_alive_seconds"):
         changes["max_keep_alive_seconds"] = body.integer("max_keep_alive_seconds", low=0,
                                                          high=3600)
+    if body.has("fair_share_weight"):
+        changes["fair_share_weight"] = body.integer("fair_share_weight", low=1,
+                                                    high=MAX_FAIR_SHARE_WEIGHT)
+    if body.has("min_runtime_seconds"):
+        changes["min_runtime_seconds"] = body.integer("min_runtime_seconds", low=0,
+                                                      high=MAX_MIN_RUNTIME_SECONDS)
     world.shares[share.name] = replace(share, **changes)
     before, after = change_values(share_values(share), share_values(world.shares[share.name]),
                                   fields)
@@ -170,7 +183,7 @@ def delete_share(world: World, body: Reader, t: int) -> None:
         if pool.quota_share == share.name:
             world.apply(pool_ended(available(pool), PoolTermination.USER, t), t)
     del world.shares[share.name]
-    world.emit(t, ShareDeleted(dict(sorted(share_values(share).items()))), None, share.name)
+    world.emit(t, ShareDeleted(whole_values(share_values(share))), None, share.name)
 
 
 def update_capacity(world: World, body: Reader, t: int) -> None:
@@ -189,11 +202,13 @@ def share_values(share: QuotaShare) -> dict[str, Any]:
     return {"capacity_limits": limit_values(share.limits),
             "sharing_strategy": share.strategy.value, "borrow_limit": share.borrow_limit,
             "in_share_preemption": share.in_share_preemption, "state": share.state.value,
-            "max_keep_alive_seconds": share.max_keep_alive_seconds}
+            "max_keep_alive_seconds": share.max_keep_alive_seconds,
+            "fair_share_weight": share.fair_share_weight,
+            "min_runtime_seconds": share.min_runtime_seconds}
 
 
 def unit_values(unit: CapacityUnit) -> dict[str, Any]:
     """A capacity unit's figures as CAPACITY_UPDATED records them."""
     return {"max_capacity": unit.max_capacity, "warm_pool_limit": unit.warm_pool_limit,
             "cold_start_seconds": unit.cold_start_seconds,
-            "warm_start_seconds": unit.warm_start_seconds}
+            "warm_start_seconds": unit.warm_start_seconds, "fair_sharing": unit.fair_sharing}

@@ -127,6 +127,7 @@ class SimJob:
                     self.preempted_count, self.spec.preemption_retries
                 ),
                 pending_code=self.pending.value if self.pending else None,
+                min_runtime_seconds=self.spec.min_runtime_seconds,
             )
         return self.frozen
 

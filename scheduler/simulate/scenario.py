@@ -30,16 +30,19 @@ JOB_FIELDS = MATCH_FIELDS | {
     "name", "quota_share", "priority", "instance_type", "instance_count",
     "keep_alive_seconds", "retry_attempts", "preemption_retries_before_termination",
     "max_runtime_seconds", "duration_seconds", "command", "environment", "client_token",
-    "fail_at_seconds", "failure", "checkpoint_seconds",
+    "fail_at_seconds", "failure", "checkpoint_seconds", "min_runtime_seconds",
 }
 SHARE_FIELDS = {
     "name", "capacity_limits", "sharing_strategy", "borrow_limit", "in_share_preemption",
-    "state", "max_keep_alive_seconds",
+    "state", "max_keep_alive_seconds", "fair_share_weight", "min_runtime_seconds",
 }
 CAPACITY_FIELDS = {
     "capacity_unit", "max_capacity", "warm_pool_limit", "cold_start_seconds",
-    "warm_start_seconds",
+    "warm_start_seconds", "fair_sharing",
 }
+CAPACITY_FLAGS = {"fair_sharing"}
+MAX_FAIR_SHARE_WEIGHT = 10_000
+MAX_MIN_RUNTIME_SECONDS = 86_400
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +63,7 @@ class JobSpec:
     fail_at_seconds: int | None
     failure: Failure
     checkpoint_seconds: int | None
+    min_runtime_seconds: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,13 +98,14 @@ def parse_scenario(data: Any) -> Scenario:
     tick = top.integer("tick_seconds", 1, low=1)
     settings = Reader(
         top.data.get("settings", {}), "settings",
-        {"preemption_grace_seconds", "warm_pool_max_lifetime_seconds"},
+        {"preemption_grace_seconds", "warm_pool_max_lifetime_seconds", "fair_sharing"},
     )
     policy = Policy(
         preemption_grace_seconds=settings.integer("preemption_grace_seconds", 30, low=0),
         warm_pool_max_lifetime_seconds=settings.integer(
             "warm_pool_max_lifetime_seconds", 2_419_200, low=1
         ),
+        fair_sharing=settings.boolean("fair_sharing", False),
     )
     capacity = tuple(parse_capacity(Reader(item, path, CAPACITY_FIELDS))
                      for path, item in top.objects("capacity"))
@@ -134,6 +139,7 @@ def parse_capacity(r: Reader) -> CapacityUnit:
         warm_pool_limit=r.integer("warm_pool_limit", 0, low=0),
         cold_start_seconds=r.integer("cold_start_seconds", 60, low=0),
         warm_start_seconds=r.integer("warm_start_seconds", 5, low=0),
+        fair_sharing=r.boolean("fair_sharing", False),
     )
 
 
@@ -169,6 +175,9 @@ def parse_share(r: Reader) -> QuotaShare:
         in_share_preemption=r.boolean("in_share_preemption", False),
         state=ShareState(r.choice("state", STATES, "ENABLED")),
         max_keep_alive_seconds=r.integer("max_keep_alive_seconds", 3600, low=0, high=3600),
+        fair_share_weight=r.integer("fair_share_weight", 1, low=1, high=MAX_FAIR_SHARE_WEIGHT),
+        min_runtime_seconds=r.integer("min_runtime_seconds", 0, low=0,
+                                      high=MAX_MIN_RUNTIME_SECONDS),
     )
 
 
@@ -211,6 +220,8 @@ def parse_job(r: Reader) -> JobSpec:
         fail_at_seconds=fail_at,
         failure=Failure(r.choice("failure", FAILURES, Failure.ALGORITHM_ERROR.value)),
         checkpoint_seconds=r.integer("checkpoint_seconds", None, low=1),
+        min_runtime_seconds=r.integer("min_runtime_seconds", None, low=0,
+                                      high=MAX_MIN_RUNTIME_SECONDS),
     )
 
 
@@ -245,9 +256,12 @@ def parse_action(r: Reader, path: str, index: int, tick: int) -> Action:
     else:
         body = Reader(r.data[kind], body_path, CAPACITY_FIELDS)
         body.string("capacity_unit")
-        for key in CAPACITY_FIELDS - {"capacity_unit"}:
+        for key in CAPACITY_FIELDS - {"capacity_unit"} - CAPACITY_FLAGS:
             if body.has(key):
                 body.integer(key, low=0)
+        for key in CAPACITY_FLAGS:
+            if body.has(key):
+                body.boolean(key)
         payload = body
     return Action(at, math.ceil(at / tick) * tick, index, body_path, kind, payload)
 

@@ -46,6 +46,7 @@ from ..lifecycle import (
     simulated_work_end,
     start_delay,
 )
+from ..min_runtime import min_runtime_ends_at
 from ..model import CapacityUnit, JobStatus, QuotaShare, Snapshot
 from ..state import CycleState
 from .engine_view import EngineView
@@ -179,6 +180,12 @@ class World:
                                  spec.fail_at_seconds, spec.failure)
         job.current.work_end = end
         self.at(math.ceil(end.at), END, job.sequence, job, job.current.number)
+        share = self.shares.get(spec.quota_share)
+        if share is not None and share.min_runtime_seconds > 0:
+            # The attempt becomes a victim like any other then: a cycle must run.
+            shield_ends = min_runtime_ends_at(job.as_engine_job(), share)
+            if shield_ends is not None and shield_ends > t:
+                self.at(math.ceil(shield_ends), WAKE, job.sequence, job, 0)
 
     def finish(self, job: SimJob, t: int) -> None:
         """The attempt's work ended: success, or a failure retried or final."""

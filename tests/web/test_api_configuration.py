@@ -39,7 +39,8 @@ def new_share(**overrides: Any) -> dict[str, Any]:
 def test_get_capacity(api: ApiFor) -> None:
     assert api("other").get("/api/v1/capacity") == (200, {"capacity_limits": [
         {"capacity_unit": UNIT, "max_capacity": 4, "warm_pool_limit": 2,
-         "cold_start_seconds": 60, "warm_start_seconds": 5}]})
+         "cold_start_seconds": 60, "warm_start_seconds": 5,
+         "fair_sharing": False}]})
 
 
 def test_put_capacity_replaces_it_and_answers_the_new_capacity(api: ApiFor) -> None:
@@ -49,9 +50,11 @@ def test_put_capacity_replaces_it_and_answers_the_new_capacity(api: ApiFor) -> N
     assert status == 200, body
     assert body == {"capacity_limits": [
         {"capacity_unit": UNIT, "max_capacity": 6, "warm_pool_limit": 1,
-         "cold_start_seconds": 30, "warm_start_seconds": 5},
+         "cold_start_seconds": 30, "warm_start_seconds": 5,
+         "fair_sharing": False},
         {"capacity_unit": OTHER_UNIT, "max_capacity": 2, "warm_pool_limit": 0,
-         "cold_start_seconds": 60, "warm_start_seconds": 5}]}
+         "cold_start_seconds": 60, "warm_start_seconds": 5,
+         "fair_sharing": False}]}
     assert sorted(e.details["capacity_unit"] for e in Event.objects.filter(
         type="CAPACITY_UPDATED")) == [UNIT, OTHER_UNIT]
     status, body = api("admin").put("/api/v1/capacity", {"capacity_limits": [unit()]})
@@ -86,6 +89,7 @@ def test_list_and_get_quota_shares(api: ApiFor) -> None:
         "name": "QS1", "capacity_limits": [{"capacity_unit": UNIT, "max_capacity": 2}],
         "sharing_strategy": "LEND_AND_BORROW", "borrow_limit": 100,
         "in_share_preemption": False, "state": "ENABLED", "max_keep_alive_seconds": 3600,
+        "fair_share_weight": 1, "min_runtime_seconds": 0,
         "max_queued_jobs": 1000, "max_submissions_per_minute": 120, "members": ["member"],
         "usage": {UNIT: {"limit": 2, "in_use": 0, "own": 0, "borrowed": 0, "lent": 0,
                          "warm": 0, "queued": 0}},
@@ -130,6 +134,10 @@ def test_create_a_share_with_members_by_username(api: ApiFor) -> None:
     ({"sharing_strategy": "RESERVE", "borrow_limit": 50}, "borrow_limit"),
     ({"max_keep_alive_seconds": 3601}, "max_keep_alive_seconds"),
     ({"capacity_limits": []}, "capacity_limits"),
+    ({"fair_share_weight": 0}, "fair_share_weight"),
+    ({"fair_share_weight": 10_001}, "fair_share_weight"),
+    ({"min_runtime_seconds": -1}, "min_runtime_seconds"),
+    ({"min_runtime_seconds": 86_401}, "min_runtime_seconds"),
 ])
 def test_a_refused_share_names_its_field_and_changes_nothing(
         api: ApiFor, overrides: dict[str, Any], field: str) -> None:
@@ -156,6 +164,31 @@ def test_patch_a_share(api: ApiFor) -> None:
         "in_share_preemption": True, "sharing_strategy": "LEND"}
     assert details["before"]["sharing_strategy"] == "LEND_AND_BORROW"
     assert details["before"]["borrow_limit"] is not None
+
+
+def test_fair_sharing_fields_are_read_written_and_recorded(api: ApiFor) -> None:
+    """docs/semantics.md 5.4 and 5.8: a share's weight and minimum runtime, a unit's switch."""
+    status, body = api("admin").patch("/api/v1/quota-shares/QS1", {
+        "fair_share_weight": 3, "min_runtime_seconds": 120})
+    assert status == 200, body
+    assert (body["fair_share_weight"], body["min_runtime_seconds"]) == (3, 120)
+    details = Event.objects.get(type="SHARE_UPDATED").details
+    assert details["fields"] == ["fair_share_weight", "min_runtime_seconds"]
+    assert details["before"] == {"fair_share_weight": 1, "min_runtime_seconds": 0}
+    assert details["after"] == {"fair_share_weight": 3, "min_runtime_seconds": 120}
+    # A new share names them only when they are given (a whole configuration at its
+    # defaults reads as it did before they existed).
+    assert api("admin").post("/api/v1/quota-shares", new_share())[0] == 201
+    created = Event.objects.get(type="SHARE_UPDATED", quota_share="QS4").details
+    assert "fair_share_weight" not in created["after"]
+    assert "fair_share_weight" not in created["fields"]
+    status, body = api("admin").put("/api/v1/capacity", {"capacity_limits": [
+        unit(max_capacity=4, warm_pool_limit=2, fair_sharing=True)]})
+    assert status == 200, body
+    assert body["capacity_limits"][0]["fair_sharing"] is True
+    change = Event.objects.filter(type="CAPACITY_UPDATED").latest("id").details
+    assert (change["before"], change["after"]) == ({"fair_sharing": False},
+                                                   {"fair_sharing": True})
 
 
 def test_patch_refusals_change_nothing(api: ApiFor) -> None:

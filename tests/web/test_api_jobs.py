@@ -41,7 +41,8 @@ JOB_FIELDS = {
     "stopped_at", "attempts", "preemption_summary", "warm_pool", "keep_alive_seconds", "role",
     "volume_size_gb", "volume_kms_key_id", "security_group_ids", "subnets",
     "enable_network_isolation", "enable_inter_container_traffic_encryption", "retry_attempts",
-    "preemption_retries_before_termination", "max_runtime_seconds", "environment", "command",
+    "preemption_retries_before_termination", "max_runtime_seconds", "min_runtime_seconds",
+    "environment", "command",
     "duration_seconds", "client_token", "executor", "submitted_by", "preempted_count",
     "failed_count",
 }
@@ -105,6 +106,19 @@ def test_a_refused_submission_names_its_field_and_makes_no_job(
     assert_error(*api("member").post("/api/v1/jobs", submission(**overrides)), 422,
                  field=field)
     assert state() == before
+
+
+def test_a_job_s_min_runtime_is_at_most_its_share_s(api: ApiFor) -> None:
+    """docs/semantics.md 5.8: a job may shorten its share's minimum runtime, not lengthen it."""
+    QuotaShare.objects.filter(name="QS1").update(min_runtime_seconds=300)
+    before = state()
+    assert_error(*api("member").post("/api/v1/jobs", submission(min_runtime_seconds=301)),
+                 422, field="min_runtime_seconds")
+    assert state() == before
+    status, body = api("member").post("/api/v1/jobs", submission(min_runtime_seconds=60))
+    assert status == 201, body
+    assert body["min_runtime_seconds"] == 60 == Job.objects.get().min_runtime_seconds
+    assert api("member").post("/api/v1/jobs", submission())[1]["min_runtime_seconds"] is None
 
 
 def test_a_disabled_share_refuses_new_jobs_with_409(world: World, api: ApiFor) -> None:

@@ -56,6 +56,25 @@ def test_raising_a_limit_lowers_the_wait(api: ApiFor) -> None:
     assert state() == before  # a what-if changes nothing
 
 
+def test_the_fair_sharing_fields_are_accepted_and_carried(api: ApiFor) -> None:
+    """docs/semantics.md 5.4 and 5.8 in a what-if: fleet-wide fair sharing, a unit's switch,
+    a share's weight and minimum runtime hold in the changed replay."""
+    queue_in_qs3()
+    status, body = api("admin").post("/api/v1/what-if", {
+        **period(), "fair_sharing": True,
+        "capacity": [{"capacity_unit": UNIT, "fair_sharing": True}],
+        "quota_shares": [{"name": "QS1", "fair_share_weight": 4, "min_runtime_seconds": 60}],
+    })
+    assert status == 200, body
+    assert body["fair_sharing"] == {"recorded": False, "changed": True}
+    changed = body["changed_configuration"]
+    assert changed["capacity"][0]["fair_sharing"] is True
+    qs1 = next(share for share in changed["quota_shares"] if share["name"] == "QS1")
+    assert (qs1["fair_share_weight"], qs1["min_runtime_seconds"]) == (4, 60)
+    recorded = next(s for s in body["configuration"]["quota_shares"] if s["name"] == "QS1")
+    assert "fair_share_weight" not in recorded  # at its default, left out
+
+
 def test_members_are_refused_before_the_body_is_read(api: ApiFor) -> None:
     before = state()
     for role in ("member", "other"):
@@ -72,6 +91,9 @@ def test_members_are_refused_before_the_body_is_read(api: ApiFor) -> None:
     # Σ limits 4 above a capacity of 1: the scenario's check names the shares' limits.
     ({"capacity": [{"capacity_unit": UNIT, "max_capacity": 1}]}, "quota_shares"),
     ({"quota_shares": [{"name": "QS2", "borrow_limit": 50}]}, "quota_shares"),
+    ({"quota_shares": [{"name": "QS2", "fair_share_weight": 0}]}, "quota_shares"),
+    ({"quota_shares": [{"name": "QS2", "min_runtime_seconds": -1}]}, "quota_shares"),
+    ({"fair_sharing": "yes"}, "fair_sharing"),
 ])
 def test_bad_input_is_a_422_that_changes_nothing(api: ApiFor, body: dict[str, Any],
                                                   field: str) -> None:

@@ -685,6 +685,13 @@ def test_cli_what_if_compares_a_changed_limit(server: LiveServer) -> None:
     assert refused.returncode == 1 and "Only administrators" in refused.stderr
     bad = cli(server, "what-if", "--limit", "QS3:nothing", user="admin")
     assert bad.returncode == 2 and "expected KEY=VALUE" in bad.stderr
+    fair = json.loads(cli(server, "what-if", "--since", since.isoformat(), "--until", until,
+                          "--fair-sharing", "on", "--weight", "QS3=2",
+                          "--min-runtime", "QS3=60", "--json", user="admin").stdout)
+    assert fair["fair_sharing"] == {"recorded": False, "changed": True}
+    changed_qs3 = next(share for share in fair["changed_configuration"]["quota_shares"]
+                       if share["name"] == "QS3")
+    assert (changed_qs3["fair_share_weight"], changed_qs3["min_runtime_seconds"]) == (2, 60)
 
 
 # Many jobs at once ---------------------------------------------------------------------

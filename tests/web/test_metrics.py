@@ -17,7 +17,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
-from quotaweb.models import CapacityUnit, CycleRecord, CycleTotals, Job, WarmPool
+from quotaweb.models import CapacityUnit, CycleRecord, CycleTotals, Job, QuotaShare, WarmPool
 from quotaweb.scheduling.tick import run_cycle
 from quotaweb.services.billing import pool_billable_seconds
 from quotaweb.services.jobs import submit_job
@@ -206,3 +206,30 @@ def test_the_migration_counts_the_cycles_recorded_before_it(
     metrics = scrape(client)
     assert metrics["quotaweb_cycle_duration_seconds_count"][()] == 14 * 50 + 1
     assert _scraped_histogram(metrics) == pytest.approx(_recorded_histogram())
+
+
+def test_fair_sharing_and_minimum_runtime_figures(
+    walkthrough_config: Any, member: Any, client_for: ClientFor
+) -> None:
+    """docs/semantics.md 5.4 and 5.8 in /metrics: the switch per unit, each share's weight
+    and minimum runtime, borrowed / weight where fair sharing is on, and the jobs that wait
+    for a minimum runtime."""
+    CapacityUnit.objects.filter(name=UNIT).update(cold_start_seconds=0, fair_sharing=True)
+    QuotaShare.live.filter(name="QS1").update(fair_share_weight=2, min_runtime_seconds=600)
+    now = timezone.now()
+    for name, priority in (("qs1_job_high", 3), ("qs1_job_med", 2), ("qs1_job_low", 1)):
+        _submit(name, "QS1", priority)
+    for second in (40, 39, 38):
+        run_cycle(now=now - timedelta(seconds=second))
+    Job.objects.filter(name="qs1_job_low").update(priority=4)
+    run_cycle(now=now - timedelta(seconds=30))
+    metrics = scrape(client_for(member))
+    assert metrics["quotaweb_capacity_fair_sharing"] == {(("capacity_unit", UNIT),): 1}
+    assert metrics["quotaweb_quota_share_fair_share_weight"][(("quota_share", "QS1"),)] == 2
+    assert metrics["quotaweb_quota_share_min_runtime_seconds"][(("quota_share", "QS1"),)] == 600
+    assert metrics["quotaweb_quota_share_min_runtime_seconds"][(("quota_share", "QS2"),)] == 0
+    # med borrows QS2's idle instance: 1 borrowed / weight 2.
+    assert metrics["quotaweb_quota_share_borrowed_per_weight"][_at("QS1")] == 0.5
+    # low (now priority 4) would preempt high in QS1, but high is younger than 600 s.
+    assert metrics["quotaweb_min_runtime_waiting_workloads"] == {_at("QS1"): 1}
+    assert Job.objects.get(name="qs1_job_low").pending_code == "WAITING_FOR_MIN_RUNTIME"

@@ -214,6 +214,27 @@ def test_a_valid_change_is_saved_through_the_services_naming_what_changed(
     assert "Quota share QS3 saved." in client.get("/shares/QS3").content.decode()
 
 
+def test_the_share_page_shows_and_changes_weight_and_minimum_runtime(
+    walkthrough_config: Any, admin: Any, member: Any, client_for: ClientFor
+) -> None:
+    """docs/semantics.md 5.4 and 5.8 on the share page: shown to everyone, changed by
+    administrators through the services (SHARE_UPDATED names the two fields)."""
+    html = client_for(member).get("/shares/QS1").content.decode()
+    assert "weight 1 · off: idle capacity goes to borrowers first come, first served" in html
+    assert "none: a running job may be preempted at once" in html
+    response = client_for(admin).post("/shares/QS1", _share_form(
+        walkthrough_config.qs1, fair_share_weight="3", min_runtime_seconds="120"))
+    assert response.status_code == 302
+    share = QuotaShare.live.get(name="QS1")
+    assert (share.fair_share_weight, share.min_runtime_seconds) == (3, 120)
+    assert [e.details["fields"] for e in _events("SHARE_UPDATED")] == [
+        ["fair_share_weight", "min_runtime_seconds"]]
+    CapacityUnit.objects.filter(name=UNIT).update(fair_sharing=True)
+    html = client_for(member).get("/shares/QS1").content.decode()
+    assert f"weight 3 · on for {UNIT}" in html
+    assert "120 s: a running job is not preempted in the share before it has run" in html
+
+
 def test_the_share_page_lists_jobs_by_status_with_position_and_pending_reason(
     walkthrough_config: Any, member: Any, client_for: ClientFor
 ) -> None:

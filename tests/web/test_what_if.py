@@ -212,3 +212,59 @@ def test_a_proposed_field_holds_for_the_whole_period_and_other_recorded_changes_
     ]
     assert recorded["actions"][1]["update_share"]["capacity_limits"] == limits(0)
     parse_scenario(changed)  # a valid scenario
+
+
+def two_sweeps_history(monkeypatch: pytest.MonkeyPatch) -> Shell:
+    """Two teams without limits of their own borrow the 4 idle instances: A submitted a
+    sweep of 8 ten-second jobs just before B submitted its 8."""
+    document = {
+        "name": "two sweeps", "tick_seconds": 1, "until": UNTIL,
+        "settings": {"preemption_grace_seconds": 0, "warm_pool_max_lifetime_seconds": 100},
+        "capacity": [{"capacity_unit": UNIT, "max_capacity": 4, "warm_pool_limit": 0,
+                      "cold_start_seconds": 0, "warm_start_seconds": 0}],
+        "quota_shares": [
+            {"name": name, "sharing_strategy": "LEND_AND_BORROW",
+             "capacity_limits": [{"capacity_unit": UNIT, "max_capacity": 0}]}
+            for name in ("A", "B")],
+        "actions": [{"at": 0, "submit": {"name": f"{share.lower()}_{i}", "quota_share": share,
+                                         "instance_type": UNIT, "duration_seconds": 10}}
+                    for share in ("A", "B") for i in range(8)],
+    }
+    shell = Shell(document, timezone.now().replace(microsecond=0))
+    monkeypatch.setattr(timezone, "now", shell.clock)
+    shell.configure()
+    for action in document["actions"]:
+        shell.act(action)
+    return shell
+
+
+def test_fair_sharing_in_a_what_if_changes_the_waits_per_share(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/semantics.md 5.4 replayed: first come, A's sweep takes every idle instance and
+    B waits behind it; with fair sharing they alternate, and a weight tilts it."""
+    shell = two_sweeps_history(monkeypatch)
+    end = shell.t0 + timedelta(seconds=UNTIL)
+
+    fair = what_if(shell.t0, end, fair_sharing=True)
+
+    waits = {row["quota_share"]: (row["recorded"]["mean_wait_seconds"],
+                                  row["changed"]["mean_wait_seconds"])
+             for row in fair.comparison}
+    assert waits["A"] == (5, 15)  # 0,0,0,0,10,10,10,10 → 0,0,10,10,20,20,30,30
+    assert waits["B"] == (25, 15)  # 20,…,30 → as A's
+    assert fair.as_dict()["fair_sharing"] == {"recorded": False, "changed": True}
+
+    # A unit may turn it on alone, and a weight of 3 gives B three instances in four.
+    weighted = what_if(shell.t0, end, capacity=[{"capacity_unit": UNIT, "fair_sharing": True}],
+                       quota_shares=[{"name": "B", "fair_share_weight": 3}])
+    b = next(row for row in weighted.comparison if row["quota_share"] == "B")
+    assert b["changed"]["mean_wait_seconds"] < 15
+    assert weighted.changed_document["quota_shares"][1]["fair_share_weight"] == 3
+    assert weighted.changed_document["capacity"][0]["fair_sharing"] is True
+
+    # A minimum runtime is carried too (here nothing is preempted: nothing changes).
+    same = what_if(shell.t0, end, quota_shares=[{"name": "A", "min_runtime_seconds": 30}])
+    assert all(row["recorded"] == row["changed"] for row in same.comparison)
+    with pytest.raises(ValidationFailed) as bad:
+        what_if(shell.t0, end, quota_shares=[{"name": "A", "fair_share_weight": 0}])
+    assert "quota_shares" in bad.value.fields

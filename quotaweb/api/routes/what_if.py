@@ -18,7 +18,15 @@ from ...services.what_if import MAX_JOBS, MAX_PERIOD, REPLAY_BUDGET_SECONDS, wha
 from ..auth import administrators_only
 from ..errors import WRITE_ERRORS, error_responses
 from ..schemas.common import IsoTime, RequestBody, ShareName, UnitName
-from ..schemas.configuration import BORROW_LIMIT, NATURAL, LimitIn, Strategy
+from ..schemas.configuration import (
+    BORROW_LIMIT,
+    FAIR_SHARE_WEIGHT,
+    FAIR_SHARING,
+    MIN_RUNTIME,
+    NATURAL,
+    LimitIn,
+    Strategy,
+)
 from .activity import as_utc
 from .reports import DEFAULT_PERIOD
 
@@ -48,6 +56,7 @@ class CapacityChange(RequestBody):
     warm_pool_limit: int = Field(None, json_schema_extra=NATURAL)
     cold_start_seconds: int = Field(None, json_schema_extra=NATURAL)
     warm_start_seconds: int = Field(None, json_schema_extra=NATURAL)
+    fair_sharing: bool = Field(None, description=FAIR_SHARING)
 
 
 class ShareChange(RequestBody):
@@ -60,6 +69,8 @@ class ShareChange(RequestBody):
     sharing_strategy: Strategy = None
     borrow_limit: int | None = Field(None, json_schema_extra=BORROW_LIMIT)
     in_share_preemption: bool = None
+    fair_share_weight: int = Field(None, json_schema_extra=FAIR_SHARE_WEIGHT)
+    min_runtime_seconds: int = Field(None, json_schema_extra=MIN_RUNTIME)
 
 
 class WhatIfIn(RequestBody):
@@ -70,6 +81,9 @@ class WhatIfIn(RequestBody):
                          "absent.")
     capacity: list[CapacityChange] = Field(default_factory=list, max_length=50)
     quota_shares: list[ShareChange] = Field(default_factory=list, max_length=200)
+    fair_sharing: bool = Field(None, description="Fair sharing of idle capacity on every "
+                               "unit for the whole period (docs/semantics.md 5.4); absent: "
+                               "as the server is set (FAIR_SHARING) and each unit says.")
 
 
 class ShareFiguresOut(Schema):
@@ -100,6 +114,9 @@ class WhatIfOut(Schema):
     configuration: dict[str, Any]
     changed_configuration: dict[str, Any]
     utilization: dict[str, float]
+    fair_sharing: dict[str, bool] = Field(
+        description="Whether fair sharing was on for every unit in the `recorded` and the "
+                    "`changed` replay (a unit may also turn it on alone: see configuration).")
     shares: list[ShareComparisonOut]
     timelines: dict[str, list[dict[str, Any]]] = Field(
         description="The usage rows of both replays (docs/scenario-format.md, Output): "
@@ -124,7 +141,8 @@ def run_what_if(request: HttpRequest, payload: WhatIfIn) -> dict[str, Any]:
     if not _running.acquire(blocking=False):
         raise Conflict("WHAT_IF_BUSY", "Another what-if is running; try again in a moment.")
     try:
-        result = what_if(start, end, capacity=capacity, quota_shares=shares)
+        result = what_if(start, end, capacity=capacity, quota_shares=shares,
+                         fair_sharing=payload.fair_sharing)
     finally:
         _running.release()
     return {**result.as_dict(), "timelines": {"recorded": result.recorded["usage"],

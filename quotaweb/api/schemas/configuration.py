@@ -9,7 +9,13 @@ from scheduler.model import ShareState as EngineShareState
 from scheduler.model import Strategy as EngineStrategy
 
 from ...models.shares import DEFAULT_MAX_QUEUED_JOBS, DEFAULT_MAX_SUBMISSIONS_PER_MINUTE
-from ...services.configuration import MAX_BORROW_LIMIT, MAX_KEEP_ALIVE_SECONDS, MAX_LIMITS
+from ...services.configuration import (
+    MAX_BORROW_LIMIT,
+    MAX_FAIR_SHARE_WEIGHT,
+    MAX_KEEP_ALIVE_SECONDS,
+    MAX_LIMITS,
+    MAX_MIN_RUNTIME_SECONDS,
+)
 from ...services.values import MAX_INT
 from .common import RequestBody, UnitName, Username, literal_of
 
@@ -20,6 +26,16 @@ BORROW_LIMIT = {"minimum": -1, "maximum": MAX_BORROW_LIMIT,
                 "description": "LEND_AND_BORROW only: percent of each limit that may be "
                                "borrowed on top; -1 unlimited (the default)."}
 KEEP_ALIVE_CAP = {"minimum": 0, "maximum": MAX_KEEP_ALIVE_SECONDS}
+FAIR_SHARE_WEIGHT = {"minimum": 1, "maximum": MAX_FAIR_SHARE_WEIGHT,
+                     "description": "Where fair sharing is on, idle capacity goes to the "
+                                    "borrowing share with the fewest borrowed instances per "
+                                    "unit of weight (docs/semantics.md 5.4)."}
+MIN_RUNTIME = {"minimum": 0, "maximum": MAX_MIN_RUNTIME_SECONDS,
+               "description": "Seconds a RUNNING job of the share runs before in-share "
+                              "preemption may take it; a reclaim takes it only when nothing "
+                              "else frees the instances (docs/semantics.md 5.8). 0: at once."}
+FAIR_SHARING = ("Whether the unit's borrowers take its idle capacity by weight "
+                "(docs/semantics.md 5.4); off: first come, first served.")
 QUEUED_JOBS = {"minimum": 1, "maximum": MAX_INT,
                "description": "Jobs the share may have waiting (SUBMITTED or RUNNABLE) at "
                               "once; a submission beyond it is a 409 QUEUE_FULL."}
@@ -37,6 +53,7 @@ class CapacityUnitIn(RequestBody):
     warm_pool_limit: int = Field(0, json_schema_extra=NATURAL)
     cold_start_seconds: int = Field(60, json_schema_extra=NATURAL)
     warm_start_seconds: int = Field(5, json_schema_extra=NATURAL)
+    fair_sharing: bool = Field(False, description=FAIR_SHARING)
 
 
 class CapacityIn(RequestBody):
@@ -51,6 +68,7 @@ class CapacityUnitOut(Schema):
     warm_pool_limit: int
     cold_start_seconds: int
     warm_start_seconds: int
+    fair_sharing: bool
 
 
 class CapacityOut(Schema):
@@ -78,6 +96,8 @@ class QuotaShareIn(RequestBody):
     in_share_preemption: bool = False
     state: ShareState = "ENABLED"
     max_keep_alive_seconds: int = Field(MAX_KEEP_ALIVE_SECONDS, json_schema_extra=KEEP_ALIVE_CAP)
+    fair_share_weight: int = Field(1, json_schema_extra=FAIR_SHARE_WEIGHT)
+    min_runtime_seconds: int = Field(0, json_schema_extra=MIN_RUNTIME)
     max_queued_jobs: int = Field(DEFAULT_MAX_QUEUED_JOBS, json_schema_extra=QUEUED_JOBS)
     max_submissions_per_minute: int = Field(DEFAULT_MAX_SUBMISSIONS_PER_MINUTE,
                                             json_schema_extra=SUBMISSIONS_PER_MINUTE)
@@ -98,6 +118,8 @@ class QuotaSharePatch(RequestBody):
     state: ShareState = None
     max_keep_alive_seconds: int = Field(None,
                                         json_schema_extra=KEEP_ALIVE_CAP)
+    fair_share_weight: int = Field(None, json_schema_extra=FAIR_SHARE_WEIGHT)
+    min_runtime_seconds: int = Field(None, json_schema_extra=MIN_RUNTIME)
     max_queued_jobs: int = Field(None, json_schema_extra=QUEUED_JOBS)
     max_submissions_per_minute: int = Field(None, json_schema_extra=SUBMISSIONS_PER_MINUTE)
     members: list[Username] = Field(None, description="Usernames.")
@@ -126,6 +148,8 @@ class QuotaShareOut(Schema):
     in_share_preemption: bool
     state: ShareState
     max_keep_alive_seconds: int
+    fair_share_weight: int
+    min_runtime_seconds: int
     max_queued_jobs: int
     max_submissions_per_minute: int
     members: list[str]

@@ -143,6 +143,8 @@ class JobOut(Schema):
     retry_attempts: int
     preemption_retries_before_termination: int | None
     max_runtime_seconds: int
+    min_runtime_seconds: int | None = Field(
+        description="The job's own minimum runtime; null: its quota share's.")
     executor: ExecutorName
     command: str | None = Field(description="null unless you are a member of the job's "
                                             "share or an administrator, or for a simulated job.")

@@ -3,6 +3,7 @@ administrators, the form that changes it through services.configuration."""
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
@@ -68,7 +69,17 @@ def _context(request: HttpRequest, share: QuotaShare, form: ShareForm | None) ->
         "totals": usage_data.lending_totals(share, now),
         "can_submit": can_write_share(request.user, share),
         "queued": Job.objects.filter(quota_share=share, status__in=QUEUED_STATUSES).count(),
+        "fair_units": _fair_units(share),
     }
+
+
+def _fair_units(share: QuotaShare) -> list[str]:
+    """The share's units where fair sharing orders the borrowers (docs/semantics.md 5.4)."""
+    units = share.capacity_limits.values_list("capacity_unit", flat=True)
+    fair = CapacityUnit.objects.filter(name__in=list(units))
+    if not settings.QUOTAWEB.get("FAIR_SHARING", False):
+        fair = fair.filter(fair_sharing=True)
+    return sorted(fair.values_list("name", flat=True))
 
 
 @login_required

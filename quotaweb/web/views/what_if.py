@@ -13,6 +13,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, QueryDict
@@ -57,7 +58,8 @@ def what_if_page(request: HttpRequest) -> HttpResponse:
         start, end = _period(request.POST, now)
         context["start"], context["end"] = start, end
         capacity, shares = _changes(request.POST, configuration)
-        result = what_if(start, end, capacity=capacity, quota_shares=shares)
+        result = what_if(start, end, capacity=capacity, quota_shares=shares,
+                         fair_sharing=_fleet_fair_sharing(request.POST))
     except ValidationFailed as error:
         context["errors"] = {"message": error.message, "fields": error.fields}
         return render(request, "quotaweb/what_if.html", context, status=422)
@@ -74,9 +76,15 @@ def _editable(configuration: dict[str, Any], form: QueryDict | None) -> dict[str
     def field(key: str, today: Any) -> dict[str, Any]:
         return {"field": key, "value": value(key, today), "shown": _shown(form, key, today)}
 
+    def switch(key: str, today: bool) -> dict[str, Any]:
+        return {"field": key, "on": form.get(key) == "on" if form is not None else today,
+                "shown": _shown(form, key, _switch(today))}
+
     units = [{"name": unit["capacity_unit"],
               "hold_field": f"hold-capacity-{unit['capacity_unit']}",
               "hold": form is not None and f"hold-capacity-{unit['capacity_unit']}" in form,
+              "fair": switch(f"fair-capacity-{unit['capacity_unit']}",
+                             bool(unit.get("fair_sharing"))),
               **field(f"capacity-{unit['capacity_unit']}", unit["max_capacity"])}
              for unit in configuration["capacity"]]
     shares = []
@@ -100,8 +108,22 @@ def _editable(configuration: dict[str, Any], form: QueryDict | None) -> dict[str
                            else share["in_share_preemption"]),
             "preemption_shown": _shown(form, preemption, _switch(share["in_share_preemption"])),
             "hold_field": f"hold-{name}", "hold": form is not None and f"hold-{name}" in form,
+            "weight": field(f"weight-{name}", share.get("fair_share_weight", 1)),
+            "min_runtime": field(f"min-runtime-{name}", share.get("min_runtime_seconds", 0)),
         })
-    return {"units": units, "shares": shares}
+    return {"units": units, "shares": shares,
+            "fair_sharing": switch("fair-sharing", _fair_sharing_today())}
+
+
+def _fair_sharing_today() -> bool:
+    return bool(settings.QUOTAWEB.get("FAIR_SHARING", False))
+
+
+def _fleet_fair_sharing(form: QueryDict) -> bool | None:
+    """Fair sharing on every unit for the changed replay, when the box was changed."""
+    if _edited(form, "fair-sharing", _switch(_fair_sharing_today()), checkbox=True):
+        return form.get("fair-sharing") == "on"
+    return None
 
 
 def _shown(form: QueryDict | None, key: str, today: Any) -> str:
@@ -154,11 +176,19 @@ def _changes(form: QueryDict, configuration: dict[str, Any]
         name = unit["capacity_unit"]
         key = f"capacity-{name}"
         value = _number(form, key, f"The capacity of {name}")
+        fair_key = f"fair-capacity-{name}"
+        fair = form.get(fair_key) == "on"
         if f"hold-capacity-{name}" in form:
             capacity.append({**unit, "max_capacity": unit["max_capacity"] if value is None
-                             else value})
-        elif value is not None and _edited(form, key, unit["max_capacity"]):
-            capacity.append({"capacity_unit": name, "max_capacity": value})
+                             else value, "fair_sharing": fair})
+            continue
+        change: dict[str, Any] = {}
+        if value is not None and _edited(form, key, unit["max_capacity"]):
+            change["max_capacity"] = value
+        if _edited(form, fair_key, _switch(bool(unit.get("fair_sharing"))), checkbox=True):
+            change["fair_sharing"] = fair
+        if change:
+            capacity.append({"capacity_unit": name, **change})
     shares = []
     for share in configuration["quota_shares"]:
         change = _share_change(form, share)
@@ -196,6 +226,14 @@ def _share_change(form: QueryDict, share: dict[str, Any]) -> dict[str, Any]:
     if held or _edited(form, f"preemption-{name}", _switch(share["in_share_preemption"]),
                            checkbox=True):
         change["in_share_preemption"] = preemption
+    for key, field, label, today in (
+            (f"weight-{name}", "fair_share_weight", f"{name}'s fair-share weight",
+             share.get("fair_share_weight", 1)),
+            (f"min-runtime-{name}", "min_runtime_seconds", f"{name}'s minimum runtime",
+             share.get("min_runtime_seconds", 0))):
+        value = _number(form, key, label)
+        if held or (value is not None and _edited(form, key, today)):
+            change[field] = today if value is None else value
     return change
 
 
