@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ("quotaweb", "0007_submitted_values"),
+        ("quotaweb", "0008_slurm"),
     ]
 
     operations = [
