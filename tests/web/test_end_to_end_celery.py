@@ -218,8 +218,8 @@ class State:
                          "ORDER BY id", type_, job_id)
 
     def log_text(self, attempt_id: int) -> str:
-        rows = self.rows("SELECT text FROM quotaweb_logline WHERE attempt_id = %s "
-                         "ORDER BY number", attempt_id)
+        rows = self.rows("SELECT text FROM quotaweb_logchunk WHERE attempt_id = %s "
+                         "ORDER BY first", attempt_id)
         return "\n".join(row["text"] for row in rows)
 
     def cycle_count(self) -> int:
