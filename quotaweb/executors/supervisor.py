@@ -302,7 +302,8 @@ def _settle(process: LocalProcess) -> None:
         attempt = Attempt.objects.select_related("job__quota_share", "warm_pool").filter(
             pk=process.attempt_id
         ).first()
-        if attempt is None:
+        if attempt is None:  # gone with its job: only its files are left to remove
+            remove_attempt_files(process.run_dir, process.log.path)
             return
         if process.world_size > 1:
             ranks.settle(process, attempt, now)
