@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from quotaweb import tasks
 from quotaweb.celery import app
+from quotaweb.executors.base import LogChunk as ExecutorLogs
 from quotaweb.executors.logs import (
     CHUNK_BYTES,
     LINE_LIMIT_NOTICE,
@@ -27,6 +28,7 @@ from quotaweb.executors.logs import (
     ROW_BYTES,
     LogTail,
 )
+from quotaweb.executors.reports import stored_logs
 from quotaweb.executors.retention import PRUNE_BATCH, prune_logs
 from quotaweb.models import Attempt, Job, LogChunk, QuotaShare
 from quotaweb.read_model.logs import log_tail
@@ -137,6 +139,19 @@ def test_the_tail_spans_attempts_and_chunks(attempt: Attempt) -> None:
     LogChunk.objects.create(attempt=second, first=3, count=1, time=now, text="")
     assert [(line.attempt, line.number, line.text) for line in log_tail(attempt.job_id, 4)] == [
         (1, 3, "3"), (2, 1, "a"), (2, 2, "b"), (2, 3, "")]
+
+
+def test_the_executors_logs_after_a_line_read_across_chunks(attempt: Attempt) -> None:
+    """The executor interface's `logs(attempt, after, limit)` (quotaweb/executors/base.py)."""
+    now = timezone.now()
+    LogChunk.objects.create(attempt=attempt, first=1, count=3, time=now, text="1\n2\n3")
+    LogChunk.objects.create(attempt=attempt, first=4, count=2, time=now, text="4\n5")
+    LogChunk.objects.create(attempt=attempt, first=100_000_001, count=1, time=now,
+                            text="[rank 1] r")
+    assert stored_logs(attempt.pk, after=2, limit=2) == ExecutorLogs(["3", "4"], 4)
+    assert stored_logs(attempt.pk, after=4) == ExecutorLogs(["5", "[rank 1] r"], 100_000_001)
+    assert stored_logs(attempt.pk, after=100_000_001) == ExecutorLogs([], 100_000_001)
+    assert stored_logs(attempt.pk).lines == ["1", "2", "3", "4", "5", "[rank 1] r"]
 
 
 # Retention ----------------------------------------------------------------------------
