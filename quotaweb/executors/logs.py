@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from django.conf import settings
+from django.db.models import Count, F, Max, Sum
+from django.db.models.functions import Length
 from django.utils import timezone
 
 from ..models import LogChunk
@@ -65,6 +67,7 @@ class LogTail:
         self.partial = b""
         self.pending: list[Chunk] = []
         self.numbered = rank * RANK_LINE_NUMBERS  # the number of the last line read
+        self.stored_through = self.numbered  # lines up to this one are stored already
         self.stored_bytes = 0  # counted against `limit`, rows included
         self.stored_lines = 0
 
@@ -108,13 +111,43 @@ class LogTail:
         start = 0
         while start < len(blob) and not self.capped:
             end = _chunk_end(blob, start)
-            piece = blob[start:end]
+            piece = self._unstored(blob[start:end])
+            start = end
+            if not piece:
+                continue
             fits = self._fitting(piece)
             if fits:
                 self._pend(piece[:fits])
             if fits < len(piece):
                 self._cap(self._notice())
-            start = end
+
+    def _unstored(self, piece: bytes) -> bytes:
+        """The lines of `piece` that are not stored yet (see `resume`)."""
+        skip = self.stored_through - self.numbered
+        if skip <= 0:
+            return piece
+        parts = piece.split(b"\n", skip)
+        if len(parts) <= skip or (len(parts) == skip + 1 and not parts[-1]):
+            self.numbered += piece.count(b"\n")
+            return b""
+        self.numbered += skip
+        return piece[len(piece) - len(parts[-1]):]
+
+    def resume(self, attempt_id: int) -> None:
+        """Follow a log that another process began storing, from the file's start: the
+        lines it stored are skipped (chunks need not fall where its chunks fell) and count
+        against the limits."""
+        base = self.numbered
+        stored = LogChunk.objects.filter(attempt_id=attempt_id, first__gt=base,
+                                         first__lte=base + RANK_LINE_NUMBERS)
+        found = stored.aggregate(last=Max(F("first") + F("count") - 1), lines=Sum("count"),
+                                 text=Sum(Length("text")), rows=Count("pk"))
+        if not found["rows"]:
+            return
+        self.stored_through = found["last"]
+        self.stored_lines = found["lines"]
+        self.stored_bytes = found["text"] + found["lines"] + found["rows"] * ROW_BYTES
+        self.capped = stored.filter(capped=True).exists()
 
     def _stored_form(self, complete: bytes) -> bytes:
         # PostgreSQL text cannot hold NUL; \r of CRLF output is noise in a log view.

@@ -65,6 +65,8 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('quotaweb', '0007_submitted_values'),
+        # Only so that this branch, rebased onto main, has one leaf; re-chained on merge.
+        ('quotaweb', '0013_slurm'),
     ]
 
     operations = [

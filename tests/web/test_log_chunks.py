@@ -130,6 +130,24 @@ def test_a_long_line_is_kept_in_pieces(attempt: Attempt, tmp_path: Path) -> None
     assert [len(text) for text in texts(attempt)] == [MAX_LINE_BYTES, MAX_LINE_BYTES, 5, 5]
 
 
+def test_a_new_follower_resumes_where_the_stored_lines_end(attempt: Attempt,
+                                                           tmp_path: Path) -> None:
+    """A process that takes over a log (a restarted Slurm poller) reads the file from its
+    start; what its predecessor stored is skipped, wherever its chunks ended."""
+    path = tmp_path / "log"
+    path.write_text("".join(f"{n}\n" for n in range(1, 5)))
+    follow(LogTail(path), attempt)
+    path.write_text("".join(f"{n}\n" for n in range(1, 11)))
+    again = LogTail(path, line_limit=7)
+    again.resume(attempt.pk)
+    follow(again, attempt)
+    assert texts(attempt) == [str(n) for n in range(1, 8)] + [
+        LINE_LIMIT_NOTICE.format(limit=7)]
+    third = LogTail(path)
+    third.resume(attempt.pk)
+    assert not third.read() and third.capped, "a capped log stays capped"
+
+
 def test_the_tail_spans_attempts_and_chunks(attempt: Attempt) -> None:
     now = timezone.now()
     second = Attempt.objects.create(job=attempt.job, number=2, scheduled_at=now,
@@ -207,12 +225,12 @@ def test_beat_sends_the_prune_to_the_background_queue(attempt: Attempt, settings
 def test_the_migration_carries_every_log_line_over() -> None:
     executor = MigrationExecutor(connection)
     target = ("quotaweb", "0008_log_chunks")
-    before = [parent for parent in executor.loader.graph.node_map[target].parents
-              if parent.key[0] == "quotaweb"][0].key
+    before = [parent.key for parent in executor.loader.graph.node_map[target].parents
+              if parent.key[0] == "quotaweb"]
     latest = executor.loader.graph.leaf_nodes()
-    executor.migrate([before])
+    executor.migrate(before)
     try:
-        apps = executor.loader.project_state([before]).apps
+        apps = executor.loader.project_state(before).apps
         share = apps.get_model("quotaweb", "QuotaShare").objects.create(name="team")
         job = apps.get_model("quotaweb", "Job").objects.create(
             name="job", quota_share=share, instance_type="ml.test", executor="local")
