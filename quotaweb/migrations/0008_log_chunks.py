@@ -66,7 +66,7 @@ class Migration(migrations.Migration):
     dependencies = [
         ('quotaweb', '0007_submitted_values'),
         # Only so that this branch, rebased onto main, has one leaf; re-chained on merge.
-        ('quotaweb', '0013_slurm'),
+        ('quotaweb', '0009_fair_share'),
     ]
 
     operations = [
