@@ -225,8 +225,10 @@ def test_beat_sends_the_prune_to_the_background_queue(attempt: Attempt, settings
 def test_the_migration_carries_every_log_line_over() -> None:
     executor = MigrationExecutor(connection)
     target = ("quotaweb", "0008_log_chunks")
-    before = [parent.key for parent in executor.loader.graph.node_map[target].parents
-              if parent.key[0] == "quotaweb"]
+    graph = executor.loader.graph
+    # The state just before it: its latest parent (the others are that one's ancestors).
+    before = [max((parent.key for parent in graph.node_map[target].parents),
+                  key=lambda key: len(graph.forwards_plan(key)))]
     latest = executor.loader.graph.leaf_nodes()
     executor.migrate(before)
     try:
