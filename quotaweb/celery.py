@@ -26,6 +26,7 @@ TICK_EXPIRES_SECONDS = 0.9
 
 # The estimated starts are refreshed this often, on their own queue, never in the tick.
 FORECAST_SECONDS = float(settings.QUOTAWEB["FORECAST_SECONDS"])
+PRUNE_SECONDS = float(settings.QUOTAWEB["LOG_PRUNE_SECONDS"])
 
 app = Celery("quotaweb")
 app.config_from_object("django.conf:settings", namespace="CELERY")
@@ -39,6 +40,12 @@ app.conf.beat_schedule = {
         "task": "quotaweb.tasks.refresh_estimates",
         "schedule": FORECAST_SECONDS,
         "options": {"queue": "forecast", "expires": FORECAST_SECONDS},
+    },
+    # Old logs deleted (quotaweb/executors/retention.py), on the background queue.
+    "quotaweb-prune-logs": {
+        "task": "quotaweb.tasks.prune_logs",
+        "schedule": PRUNE_SECONDS,
+        "options": {"queue": "forecast", "expires": PRUNE_SECONDS},
     },
 }
 app.autodiscover_tasks(["quotaweb"], related_name="tasks")

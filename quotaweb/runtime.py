@@ -24,6 +24,7 @@ from scheduler.lifecycle import Outcome
 
 from .executors import backends, local_backend
 from .executors.queues import enqueue_launch
+from .executors.retention import prune_logs
 from .models import Attempt
 from .realtime.broadcast import (
     Payload,
@@ -310,5 +311,57 @@ class Forecaster:
             # The period counts from the end of a refresh: they never overlap.
             while not self._stop.wait(self._period):
                 refresh_estimates_once(self._send)
+        finally:
+            connection.close()
+
+
+# Log retention -------------------------------------------------------------------------
+
+
+def prune_logs_once() -> bool:
+    """Delete the logs past their retention; False when that failed (logged).  Never
+    raises: the next round, LOG_PRUNE_SECONDS later, tries again.  The connection is
+    closed after each round (given back to the pool): the next is an hour away."""
+    close_old_connections()
+    try:
+        prune_logs()
+    except Exception:
+        log.exception("old logs not pruned; trying again later")
+        return False
+    finally:
+        connection.close()
+    return True
+
+
+class LogPruner:
+    """Old logs deleted on a daemon thread of its own, once at start and then every
+    LOG_PRUNE_SECONDS (the in-process sibling of the Celery beat entry).  `start()`,
+    then `stop()`."""
+
+    def __init__(self, period: float | None = None) -> None:
+        self._period = period or float(settings.QUOTAWEB["LOG_PRUNE_SECONDS"])
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._thread is not None:
+            raise RuntimeError("the log pruner is already running")
+        self._thread = threading.Thread(target=self._run, name="quotaweb-log-pruner",
+                                        daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                log.warning("log pruner thread did not stop within %.0f s", timeout)
+            self._thread = None
+
+    def _run(self) -> None:
+        try:
+            prune_logs_once()
+            while not self._stop.wait(self._period):
+                prune_logs_once()
         finally:
             connection.close()

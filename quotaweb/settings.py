@@ -166,6 +166,7 @@ CELERY_TASK_ROUTES = {
     "quotaweb.tasks.tick": {"queue": "tick"},
     "quotaweb.tasks.start_attempt": {"queue": "executor"},
     "quotaweb.tasks.refresh_estimates": {"queue": "forecast"},
+    "quotaweb.tasks.prune_logs": {"queue": "forecast"},
 }
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
@@ -206,8 +207,13 @@ QUOTAWEB = {
     "JOB_USER": env.string("QUOTAWEB_JOB_USER", "quotaweb-job"),
     # "none": a job has only its own loopback; "host": the host's network.
     "JOB_NETWORK": env.choice("QUOTAWEB_JOB_NETWORK", ("none", "host"), "none"),
-    # Bytes of output kept per attempt; past it the log says so and the rest is dropped.
+    # Bytes stored per attempt (row overhead counted) and lines; past either, the log
+    # says so and the rest is dropped (docs/executors.md, Logs).
     "LOG_LIMIT_BYTES": env.integer("QUOTAWEB_LOG_LIMIT_BYTES", 64 * 1024 * 1024, low=1024),
+    "LOG_LIMIT_LINES": env.integer("QUOTAWEB_LOG_LIMIT_LINES", 1_000_000, low=1),
+    # Log lines are deleted this many days after they were printed, by a periodic task.
+    "LOG_RETENTION_DAYS": env.integer("QUOTAWEB_LOG_RETENTION_DAYS", 30, low=1),
+    "LOG_PRUNE_SECONDS": 3600,
     # A command attempt that no executor has started this long after it was due fails.
     "CLAIM_TIMEOUT_SECONDS": env.integer("QUOTAWEB_CLAIM_TIMEOUT_SECONDS", 300, low=1),
     # The Slurm executor (quotaweb/executors/slurm/config.py), off while SLURM_UNITS is

@@ -6,6 +6,8 @@ instances, and hand over to the tick (quotaweb.runtime) or the executor.
   its broadcast after commit, and an enqueue of each attempt due to launch.
 - `refresh_estimates` (queue "forecast", sent by beat every FORECAST_SECONDS with
   `expires`): the queued jobs' estimated starts, outside any cycle; one at a time.
+- `prune_logs` (queue "forecast", sent by beat every LOG_PRUNE_SECONDS): deletes the
+  logs past their retention (quotaweb.executors.retention), in small transactions.
 - `start_attempt` (queue "executor", consumed by workers where the local executor is on;
   sent by name from quotaweb.executors.queues).
 """
@@ -86,6 +88,12 @@ def refresh_estimates() -> bool:
         return runtime.refresh_estimates_once()
     finally:
         client.delete(FORECAST_KEY)
+
+
+@shared_task(name="quotaweb.tasks.prune_logs", ignore_result=True)
+def prune_logs() -> bool:
+    """Delete the logs past their retention; False when that failed (logged)."""
+    return runtime.prune_logs_once()
 
 
 @shared_task(name=START_ATTEMPT_TASK, ignore_result=True)

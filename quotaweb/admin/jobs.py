@@ -15,7 +15,7 @@ from ..forms import (
 from ..models import (
     Attempt,
     Job,
-    LogLine,
+    LogChunk,
     WarmPool,
     WarmPoolSegment,
 )
@@ -101,10 +101,10 @@ class AttemptAdmin(ReadOnlyAdmin):
     list_select_related = ("job",)
 
 
-@admin.register(LogLine)
-class LogLineAdmin(ReadOnlyAdmin):
-    list_display = ("attempt", "number", "time", "stream", "text")
-    list_filter = ("stream",)
+@admin.register(LogChunk)
+class LogChunkAdmin(ReadOnlyAdmin):
+    list_display = ("attempt", "first", "count", "time", "capped")
+    list_filter = ("capped",)
     search_fields = ("text",)
     list_select_related = ("attempt__job",)
 

@@ -14,7 +14,8 @@ instance.
   user; nothing of the server's is visible.
 - **Output.** stdout and stderr go, merged as with `2>&1`, straight into the attempt's log
   file (so output is never lost while the supervisor is busy); the supervisor tails the
-  file and ships its lines to LogLine rows (quotaweb.executors.logs), up to the log limit.
+  file and ships its lines to LogChunk rows (quotaweb.executors.logs), up to the log
+  limits.  When the attempt ends, its run directory and log file are removed.
 - **End.** The command is the attempt: when it exits, whatever it left running in its
   sandbox is killed, as a container's processes are when its main process ends.
 
@@ -134,6 +135,7 @@ class LocalProcess:
     max_runtime_seconds: float
     cache_directory: Path | None
     rank: int = 0  # of a multi-host attempt (quotaweb/executors/ranks.py)
+    run_dir: Path | None = None  # removed with the log file when the attempt ends
     world_size: int = 1
     started: float = field(default_factory=time.monotonic)
     stop: Stop | None = None
@@ -255,7 +257,7 @@ def spawn(attempt: Attempt, sandbox: Sandbox, role: Role | None = None) -> Local
             pass_fds=launch.pass_fds,
         )
     return LocalProcess(attempt.pk, popen, LogTail(log_path, rank=index),
-                        job.max_runtime_seconds, cache_directory, rank=index,
+                        job.max_runtime_seconds, cache_directory, rank=index, run_dir=cwd,
                         world_size=role.world_size if role else 1)
 
 

@@ -1,7 +1,10 @@
-"""Where an attempt's files live on its host: log file and warm-pool cache directory."""
+"""Where an attempt's files live on its host: log file and warm-pool cache directory, and
+their removal."""
 
 from __future__ import annotations
 
+import contextlib
+import shutil
 from pathlib import Path
 
 from django.conf import settings
@@ -32,3 +35,21 @@ def attempt_cache_directory(attempt: Attempt, rank: int = 0) -> Path | None:
     if pool is not None and pool.cache_directory:
         return Path(pool.cache_directory)
     return work_dir() / "cache" / f"job-{attempt.job_id}-attempt-{attempt.number}"
+
+
+def remove_attempt_files(run_dir: Path | None, log_file: Path | None) -> None:
+    """An ended attempt's run directory and log file go (its lines are in the database by
+    then); its cache directory follows the warm-pool rules instead (supervisor.py)."""
+    if run_dir is not None:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    if log_file is not None:
+        with contextlib.suppress(OSError):
+            log_file.unlink()
+
+
+def remove_job_directories(job_id: int) -> None:
+    """An ended job's own directories under runs/ and logs/, once empty: only then,
+    because a retry of the job creates its attempt's directories in them."""
+    for kind in ("runs", "logs"):
+        with contextlib.suppress(OSError):
+            (work_dir() / kind / f"job-{job_id}").rmdir()

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import contextlib
 
-from django.db.models import Q
+from django.db.models import F
 
 from scheduler.lifecycle import Outcome
 
-from ..models import Attempt, LogLine
+from ..models import Attempt
+from ..models import LogChunk as StoredChunk
 from ..scheduling.attempts import AttemptAlreadyEnded, finish_attempt, mark_running
 from .base import AttemptReport, LogChunk, ReportState
 
@@ -37,7 +38,18 @@ def apply_report(report: AttemptReport) -> bool:
 
 
 def stored_logs(attempt_id: int, after: int = 0, limit: int = 1000) -> LogChunk:
-    """The log lines an executor shipped to the database (LogLine rows), after `after`."""
-    rows = list(LogLine.objects.filter(Q(attempt_id=attempt_id), Q(number__gt=after))
-                .order_by("number").values_list("number", "text")[:limit])
-    return LogChunk([text for _, text in rows], rows[-1][0] if rows else after)
+    """The log lines an executor shipped to the database (LogChunk rows of many lines
+    each, quotaweb/executors/logs.py), after line `after`, at most `limit` of them."""
+    lines: list[str] = []
+    last = after
+    rows = (StoredChunk.objects.filter(attempt_id=attempt_id)
+            .alias(end=F("first") + F("count")).filter(end__gt=after + 1)
+            .order_by("first").values_list("first", "count", "text"))
+    for first, count, text in rows.iterator(chunk_size=8):
+        for number, line in enumerate(text.split("\n") if count else [], start=first):
+            if number > after and len(lines) < limit:
+                lines.append(line)
+                last = number
+        if len(lines) >= limit:
+            break
+    return LogChunk(lines, last)

@@ -43,13 +43,20 @@ from django.utils import timezone
 
 from scheduler.lifecycle import Failure, Outcome
 
-from ..models import Attempt, WarmPool
+from ..models import Attempt, Job, WarmPool
+from ..models.jobs import TERMINAL_STATUSES as TERMINAL
 from ..models.warm_pools import PoolStatus
 from ..scheduling import events
 from ..scheduling.attempts import AttemptAlreadyEnded, finish_attempt
 from . import ranks, registry
-from .local import LocalProcess, live_group
-from .paths import attempt_cache_directory, work_dir
+from .local import LocalProcess, live_group, run_directory
+from .paths import (
+    attempt_cache_directory,
+    attempt_log_path,
+    remove_attempt_files,
+    remove_job_directories,
+    work_dir,
+)
 from .sandbox import isolation_problem
 
 log = logging.getLogger(__name__)
@@ -295,7 +302,8 @@ def _settle(process: LocalProcess) -> None:
         attempt = Attempt.objects.select_related("job__quota_share", "warm_pool").filter(
             pk=process.attempt_id
         ).first()
-        if attempt is None:
+        if attempt is None:  # gone with its job: only its files are left to remove
+            remove_attempt_files(process.run_dir, process.log.path)
             return
         if process.world_size > 1:
             ranks.settle(process, attempt, now)
@@ -308,6 +316,10 @@ def _settle(process: LocalProcess) -> None:
             Attempt.objects.filter(pk=attempt.pk, exit_code__isnull=True).update(
                 exit_code=process.exit_code)
     discard_unused_cache(process.cache_directory)
+    # Its last lines were shipped (_ship_rest): the files can go.
+    remove_attempt_files(process.run_dir, process.log.path)
+    if Job.objects.filter(pk=attempt.job_id, status__in=TERMINAL).exists():
+        remove_job_directories(attempt.job_id)
 
 
 def _abandon(process: LocalProcess) -> None:
@@ -345,6 +357,13 @@ def reconcile(host: str) -> list[int]:
     rank_orphans = ranks.orphans(host)
     kill_leftovers([*orphans, *stopped, *(rank.attempt for rank in rank_orphans)],
                    pids={rank.attempt_id: rank.pid for rank in rank_orphans if rank.pid})
+    # Their processes are gone: so are their files (what the log held past its last
+    # shipped line is lost with the process that followed it).
+    left = [(attempt, 0) for attempt in [*orphans, *stopped]]
+    for attempt, index in [*left, *((rank.attempt, rank.rank) for rank in rank_orphans)]:
+        log_file = Path(attempt.log_path) if attempt.log_path and not index else None
+        remove_attempt_files(run_directory(attempt, index),
+                             log_file or attempt_log_path(attempt, index))
     failed = []
     for attempt in [*orphans, *(rank.attempt for rank in rank_orphans)]:
         with transaction.atomic():

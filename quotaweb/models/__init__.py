@@ -4,7 +4,7 @@ the event outbox, usage samples and the scheduler's own bookkeeping."""
 from .capacity import CapacityUnit
 from .events import Event
 from .hosts import ExecutorHost, HostedInstance
-from .jobs import Attempt, AttemptRank, Job, LogLine
+from .jobs import Attempt, AttemptRank, Job, LogChunk
 from .scheduler_state import CycleRecord, CycleTotals, SchedulerState
 from .shares import CapacityLimit, QuotaShare
 from .tokens import ApiToken
@@ -23,7 +23,7 @@ __all__ = [
     "ExecutorHost",
     "HostedInstance",
     "Job",
-    "LogLine",
+    "LogChunk",
     "QuotaShare",
     "SchedulerState",
     "UsageSample",

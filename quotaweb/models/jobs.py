@@ -158,17 +158,30 @@ class AttemptRank(models.Model):
         return f"attempt {self.attempt_id} rank {self.rank} on {self.host}"
 
 
-class LogLine(models.Model):
-    """A line a local job printed, shipped to the database so any web process serves it."""
+class LogChunk(models.Model):
+    """A block of consecutive lines a local job printed, shipped together to the database
+    so any web process serves them (quotaweb/executors/logs.py).  Lines are numbered per
+    attempt: the chunk's lines are `first`, `first + 1`, ... `first + count - 1`, and its
+    text is them joined by newlines (what the log shows, rank prefix included)."""
 
-    attempt = models.ForeignKey(Attempt, on_delete=models.CASCADE, related_name="log_lines")
-    number = models.PositiveIntegerField()
-    time = models.DateTimeField()
-    stream = models.CharField(max_length=6, default="stdout")
+    attempt = models.ForeignKey(Attempt, on_delete=models.CASCADE, related_name="log_chunks")
+    first = models.PositiveBigIntegerField(help_text="The number of its first line.")
+    count = models.PositiveIntegerField(help_text="How many lines it holds.")
+    time = models.DateTimeField(help_text="When it was shipped (its lines' time).")
     text = models.TextField()
+    capped = models.BooleanField(
+        default=False, help_text="It ends its rank's log: a log limit was reached.")
 
     class Meta:
-        ordering = ["attempt_id", "number"]
+        ordering = ["attempt_id", "first"]
         constraints = [
-            models.UniqueConstraint(fields=["attempt", "number"], name="one_log_line_number"),
+            models.UniqueConstraint(fields=["attempt", "first"], name="one_log_chunk_start"),
         ]
+        # Retention deletes by age (quotaweb/executors/retention.py).
+        indexes = [models.Index(fields=["time"], name="log_chunk_time")]
+
+    def __str__(self) -> str:
+        return f"attempt {self.attempt_id} lines {self.first}+{self.count}"
+
+    def lines(self) -> list[str]:
+        return self.text.split("\n") if self.count else []

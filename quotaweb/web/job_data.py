@@ -10,8 +10,9 @@ from django.utils import timezone
 
 from scheduler.forecast import starts_in
 
-from ..models import Attempt, Job, LogLine, QuotaShare, WarmPoolSegment
+from ..models import Attempt, Job, QuotaShare, WarmPoolSegment
 from ..models.jobs import ACTIVE_STATUSES, QUEUED_STATUSES, JobStatus
+from ..read_model import logs
 from ..read_model.jobs import View, job_dict
 from ..read_model.positions import positions
 from . import grace
@@ -96,8 +97,6 @@ def segment(job: Job) -> WarmPoolSegment | None:
     return WarmPoolSegment.objects.select_related("reused_by", "pool").filter(job=job).first()
 
 
-def log_tail(job: Job, lines: int = LOG_TAIL_LINES) -> list[LogLine]:
+def log_tail(job: Job, lines: int = LOG_TAIL_LINES) -> list[logs.LogLine]:
     """The job's last `lines` log lines, across its attempts, oldest first."""
-    newest = LogLine.objects.select_related("attempt").filter(attempt__job=job).order_by(
-        "-attempt__number", "-number")[:lines]
-    return list(reversed(list(newest)))
+    return logs.log_tail(job.pk, lines)

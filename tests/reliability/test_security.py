@@ -17,7 +17,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from quotaweb.models import LogLine
+from quotaweb.models import LogChunk
 from tests.web import test_api_helpers as helpers
 from tests.web.test_api_helpers import World, attempt, job, state
 
@@ -192,7 +192,8 @@ def secret_job(world: World) -> int:
                   duration_seconds=None, instances=[0], scheduled_at=timezone.now(),
                   started_at=timezone.now())
     run = attempt(running)
-    LogLine.objects.create(attempt=run, number=1, time=timezone.now(), text=f"{SECRET}-log")
+    LogChunk.objects.create(attempt=run, first=1, count=1, time=timezone.now(),
+                            text=f"{SECRET}-log")
     return int(running.id)
 
 

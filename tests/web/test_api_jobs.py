@@ -13,7 +13,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from quotaweb.models import Event, Job, LogLine, QuotaShare, WarmPool, WarmPoolSegment
+from quotaweb.models import Event, Job, LogChunk, QuotaShare, WarmPool, WarmPoolSegment
 
 from . import test_api_helpers as helpers
 from .test_api_helpers import (
@@ -462,14 +462,15 @@ def test_logs_return_the_last_lines_oldest_first(api: ApiFor) -> None:
     target = job("QS1", executor="local", command="x", duration_seconds=None)
     first, second = attempt(target, 1, outcome="FAILED"), attempt(target, 2)
     now = timezone.now()
-    for run, count in ((first, 3), (second, 4)):
-        LogLine.objects.bulk_create([
-            LogLine(attempt=run, number=n, time=now, text=f"{run.number}:{n}")
-            for n in range(1, count + 1)])
+    # Stored in chunks of lines: the first attempt's in one, the second's in two.
+    for run, start, count in ((first, 1, 3), (second, 1, 2), (second, 3, 2)):
+        LogChunk.objects.create(attempt=run, first=start, count=count, time=now, text="\n".join(
+            f"{run.number}:{n}" for n in range(start, start + count)))
     status, body = api("member").get(f"/api/v1/jobs/{target.id}/logs", tail=5)
     assert status == 200
     assert [line["text"] for line in body["lines"]] == ["1:3", "2:1", "2:2", "2:3", "2:4"]
     assert body["lines"][0]["attempt"] == 1 and body["lines"][0]["stream"] == "stdout"
+    assert [line["number"] for line in body["lines"]] == [3, 1, 2, 3, 4]
     assert len(api("member").get(f"/api/v1/jobs/{target.id}/logs")[1]["lines"]) == 7
 
 

@@ -91,11 +91,10 @@ print("E2E-RESULT " + json.dumps(result))
 """
 RESULT_MARK = "E2E-RESULT "
 
-# A job that runs until it is stopped; on SIGTERM its trap writes "got-term" to the file
-# term-marker in its HOME (its run directory) and exits 143, as a job that checkpoints on
-# SIGTERM would.
+# A job that runs until it is stopped; on SIGTERM its trap prints "got-term" to its log
+# and exits 143, as a job that checkpoints on SIGTERM would.
 TRAPPING_COMMAND = (
-    "trap 'echo got-term > \"$HOME/term-marker\"; exit 143' TERM; "
+    "trap 'echo got-term; exit 143' TERM; "
     "while true; do sleep 0.2; done"
 )
 
@@ -218,8 +217,8 @@ class State:
                          "ORDER BY id", type_, job_id)
 
     def log_text(self, attempt_id: int) -> str:
-        rows = self.rows("SELECT text FROM quotaweb_logline WHERE attempt_id = %s "
-                         "ORDER BY number", attempt_id)
+        rows = self.rows("SELECT text FROM quotaweb_logchunk WHERE attempt_id = %s "
+                         "ORDER BY first", attempt_id)
         return "\n".join(row["text"] for row in rows)
 
     def cycle_count(self) -> int:
@@ -493,10 +492,12 @@ def _a_reclaimed_borrower_gets_sigterm_and_its_process_ends(cluster: Cluster) ->
     assert stopped["outcome"] == "PREEMPTED" and stopped["kind"] == "CROSS_SHARE", stopped
     assert stopped["preempted_by_id"] == reclaimer, stopped
     assert stopped["exit_code"] == 143, f"the trap did not end the job: {stopped}"
-    # The sandbox shows the job only its own directories; HOME is its run directory.
-    term_marker = cluster.work_dir / "runs" / f"job-{borrower}" / "attempt-1" / "term-marker"
-    assert term_marker.is_file(), "the victim's TERM trap never ran"
-    assert term_marker.read_text().strip() == "got-term"
+    # Its last lines are stored before its end is: the trap's among them.
+    assert "got-term" in state.log_text(stopped["id"]).split(), "the victim's TERM trap never ran"
+    # Ended, its run directory is removed.
+    run_directory = cluster.work_dir / "runs" / f"job-{borrower}" / "attempt-1"
+    cluster.wait("the victim's run directory to be removed",
+                 lambda: not run_directory.exists())
 
     grace_end = stopped["kill_at"].timestamp()
     while time.time() <= grace_end:
@@ -524,7 +525,7 @@ def _a_reclaimed_borrower_gets_sigterm_and_its_process_ends(cluster: Cluster) ->
         assert redispatch["id"] > succeeded["id"], (redispatch, succeeded)
     untouched = state.job(own)
     assert untouched["status"] == "RUNNING" and untouched["preempted_count"] == 0, untouched
-    assert not (cluster.work_dir / "runs" / f"job-{own}" / "attempt-1" / "term-marker").exists()
+    assert "got-term" not in state.log_text(state.attempts(own)[0]["id"]).split()
 
 
 def _wait_running_process(cluster: Cluster, job_id: int) -> int:

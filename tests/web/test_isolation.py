@@ -22,9 +22,9 @@ from django.utils import timezone
 from quotaweb.executors.logs import LOG_LIMIT_NOTICE
 from quotaweb.executors.sandbox import isolation_problem
 from quotaweb.executors.supervisor import Supervisor, get_supervisor
-from quotaweb.models import ExecutorHost, HostedInstance, LogLine, WarmPool
+from quotaweb.models import ExecutorHost, HostedInstance, LogChunk, WarmPool
 from quotaweb.services.errors import Conflict
-from quotaweb.services.jobs import refuse_unisolated_commands
+from quotaweb.services.jobs import refuse_unisolated_commands, terminate_job
 
 from .test_local_executor import (
     UNIT,
@@ -106,13 +106,18 @@ def test_a_command_cannot_read_the_data_directory_or_the_database_file(
 def test_a_command_cannot_read_another_jobs_cache_or_run_directory(
     data_dir: Path, supervisor: Any,
 ) -> None:
-    share = make_share()
-    first = submit(share, f'echo {SECRET} > "$QUOTAWEB_WARMPOOL_CACHE_DIRECTORY/secret"; '
-                          f'echo {SECRET} > "$HOME/secret"', keep_alive_seconds=600, name="a")
+    share = make_share(capacity=3)
+    first = submit(share, f'echo {SECRET} > "$QUOTAWEB_WARMPOOL_CACHE_DIRECTORY/secret"',
+                   keep_alive_seconds=600, name="a")
     wait_for(lambda: ended(first), "the first job to end")
     pool = WarmPool.objects.get(owner=first)
-    cache, run_dir = Path(pool.cache_directory), data_dir / "work" / "runs" / f"job-{first.pk}"
+    cache = Path(pool.cache_directory)
     assert (cache / "secret").read_text().strip() == SECRET
+    # A run directory exists while its attempt runs (it is removed when it ends).
+    running = submit(share, f'echo {SECRET} > "$HOME/secret"; sleep 600', name="c",
+                     role="a-third-role")
+    run_dir = data_dir / "work" / "runs" / f"job-{running.pk}"
+    wait_for(lambda: (run_dir / "attempt-1" / "secret").exists(), "the run directory's secret")
     # Another job (one that does not match the pool, so it does not reuse it) tries both.
     second = submit(share, f'cat {cache}/secret || echo no-cache; '
                            f'cat {run_dir}/attempt-1/secret || echo no-run; '
@@ -122,6 +127,7 @@ def test_a_command_cannot_read_another_jobs_cache_or_run_directory(
     output = lines(only_attempt(second))
     assert SECRET not in "\n".join(output)
     assert {"no-cache", "no-run"} <= set(output), output
+    terminate_job(running.pk, "Stopped by the test")
     # Its listing of the cache root shows its own cache directory, and nobody else's.
     assert output[-1] == f"job-{second.pk}-attempt-1", output
 
@@ -169,9 +175,10 @@ def test_a_chatty_job_is_capped_and_does_not_fail_a_quiet_one(
     kept = lines(only_attempt(chatty))
     assert kept[-1] == LOG_LIMIT_NOTICE.format(limit=limit)
     assert len(kept) < limit // len("chatty-line-of-output") + 2
-    assert LogLine.objects.filter(attempt=only_attempt(chatty)).count() == len(kept)
-    log_file = Path(only_attempt(chatty).log_path)
-    assert log_file.stat().st_size <= limit, "the file on disk stays bounded too"
+    chunks = LogChunk.objects.filter(attempt=only_attempt(chatty))
+    assert sum(chunk.count for chunk in chunks) == len(kept)
+    assert [chunk.capped for chunk in chunks.order_by("first")][-1:] == [True]
+    assert not Path(only_attempt(chatty).log_path).exists(), "the file goes with the attempt"
 
 
 def test_an_attempt_that_no_executor_starts_fails_with_the_reason(

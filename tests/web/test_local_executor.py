@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from quotaweb.executors.local import run_directory
 from quotaweb.executors.local_backend import start_attempt
+from quotaweb.executors.paths import attempt_cache_directory
 from quotaweb.executors.supervisor import (
     EXECUTOR_RESTARTED,
     EXECUTOR_STOPPED,
@@ -32,7 +33,7 @@ from quotaweb.models import (
     CapacityUnit,
     Event,
     Job,
-    LogLine,
+    LogChunk,
     QuotaShare,
     WarmPool,
 )
@@ -118,7 +119,8 @@ def running(job: Job) -> bool:
 
 
 def lines(attempt: Attempt) -> list[str]:
-    return list(LogLine.objects.filter(attempt=attempt).values_list("text", flat=True))
+    return [line for chunk in LogChunk.objects.filter(attempt=attempt).order_by("first")
+            for line in chunk.lines()]
 
 
 def event_types(job: Job) -> list[str]:
@@ -157,7 +159,9 @@ def test_a_command_that_exits_0_succeeds_with_its_log_in_the_database_and_the_fi
     assert attempt.host == supervisor.host_name and attempt.pid and attempt.pid > 0
     assert attempt.started_at is not None and attempt.heartbeat_at is not None
     assert lines(attempt) == ["hello", "to stderr", "no newline"]
-    assert Path(attempt.log_path).read_text() == "hello\nto stderr\nno newline"
+    # Shipped, the log file and the run directory are removed (docs/executors.md, Logs).
+    assert not Path(attempt.log_path).exists()
+    assert not run_directory(attempt).exists()
     assert event_types(job)[-2:] == ["RUNNING", "SUCCEEDED"]
     assert not start_attempt(attempt.pk), "an attempt is started once"
 
@@ -193,7 +197,7 @@ def test_a_non_zero_exit_fails_the_job_with_its_exit_code_and_keeps_the_log(
     assert (attempt.outcome, attempt.failure, attempt.exit_code) == (
         "FAILED", "ALGORITHM_ERROR", 3)
     assert lines(attempt) == ["about to fail"]
-    assert Path(attempt.log_path).read_text() == "about to fail\n"
+    assert not Path(attempt.log_path).exists()
 
 
 def test_a_failing_command_is_retried_while_attempts_remain(supervisor: Supervisor) -> None:
@@ -269,7 +273,7 @@ def test_machine_of_a_host_name() -> None:
 
 
 TRAPS_TERM = """
-trap 'echo terminated > "$HOME/marker"; exit 143' TERM
+trap 'echo terminated; exit 143' TERM
 (trap '' TERM; exec sleep 1000) &
 echo started
 while true; do sleep 0.1; done
@@ -282,17 +286,15 @@ def test_terminating_a_running_job_sends_sigterm_and_ends_its_process_group(
     job = submit(make_share(), TRAPS_TERM, keep_alive_seconds=600)
     wait_for(lambda: running(job) and lines(only_attempt(job)) == ["started"], "it to run")
     attempt = only_attempt(job)
-    # The sandbox shows a job only its own directories: HOME is its run directory.
-    marker = run_directory(attempt) / "marker"
     wait_for(lambda: Attempt.objects.get(pk=attempt.pk).heartbeat_at > attempt.started_at,
              "a heartbeat", drive=False)
     assert attempt.pid and group_members(attempt.pid)
 
     terminate_job(job, "Stopped by the test")
     wait_for(lambda: not group_members(attempt.pid), "the process group to end", drive=False)
-    assert marker.read_text() == "terminated\n", "the command got SIGTERM and trapped it"
     wait_for(lambda: Attempt.objects.get(pk=attempt.pk).exit_code is not None,
              "the exit code", drive=False)
+    assert lines(attempt)[-1] == "terminated", "the command got SIGTERM and trapped it"
     attempt.refresh_from_db()
     assert (attempt.outcome, attempt.exit_code) == ("TERMINATED", 143)
     assert status_of(job) == "FAILED"
@@ -304,7 +306,7 @@ def test_terminating_a_running_job_sends_sigterm_and_ends_its_process_group(
 IGNORES_TERM = """
 trap '' TERM
 echo started
-while true; do date +%s.%N >> "$HOME/beats"; sleep 0.2; done
+while true; do date +%s.%N; sleep 0.2; done
 """
 
 
@@ -314,9 +316,8 @@ def test_a_preempted_job_that_ignores_sigterm_is_killed_at_the_grace_deadline(
     share = make_share(capacity=1, preemption=True)
     victim = submit(share, IGNORES_TERM, priority=1, name="victim",
                     preemption_retries_before_termination=0)
-    wait_for(lambda: running(victim) and lines(only_attempt(victim)) == ["started"],
+    wait_for(lambda: running(victim) and lines(only_attempt(victim))[:1] == ["started"],
              "the victim to run")
-    beats = run_directory(only_attempt(victim)) / "beats"
     preemptor = submit(share, "echo preemptor", priority=5, name="preemptor")
     wait_for(lambda: ended(preemptor), "the preemptor to end")
     wait_for(lambda: only_attempt(victim).exit_code is not None, "the victim's exit code",
@@ -325,7 +326,7 @@ def test_a_preempted_job_that_ignores_sigterm_is_killed_at_the_grace_deadline(
     assert attempt.outcome == "PREEMPTED" and attempt.kill_at is not None
     assert attempt.exit_code == 128 + signal.SIGKILL
     assert not group_members(attempt.pid)
-    last_beat = datetime.fromtimestamp(float(beats.read_text().split()[-1]), tz=UTC)
+    last_beat = datetime.fromtimestamp(float(lines(attempt)[-1]), tz=UTC)
     assert last_beat > attempt.stop_requested_at, "it kept running after SIGTERM"
     assert status_of(victim) == "FAILED" and status_of(preemptor) == "SUCCEEDED"
 
@@ -406,3 +407,33 @@ def test_at_start_up_the_attempts_a_previous_process_left_running_fail_and_are_r
         assert other.outcome is None, "another host's attempt is not this supervisor's"
     finally:
         supervisor.stop()
+
+
+def test_an_ended_attempts_run_directory_and_log_file_are_removed_and_caches_follow_pools(
+    supervisor: Supervisor, work: Path,
+) -> None:
+    """docs/executors.md, Logs (Files): the run directory (HOME) and the log file go when
+    the attempt ends, once its lines are stored, whatever its outcome; a warm pool's cache
+    stays for reuse, and a fresh cache that no pool takes goes."""
+    share = make_share()
+    kept = submit(share, 'head -c 5000000 /dev/zero > "$HOME/big"; '
+                         'echo model > "$QUOTAWEB_WARMPOOL_CACHE_DIRECTORY/model"; echo done',
+                  keep_alive_seconds=600, name="kept")
+    failing = submit(share, 'echo scratch > "$HOME/scratch"; '
+                            'echo "$QUOTAWEB_WARMPOOL_CACHE_DIRECTORY"; exit 2',
+                     name="failing", role="another-role")
+    wait_for(lambda: ended(kept) and ended(failing), "both jobs to end")
+    assert (status_of(kept), status_of(failing)) == ("SUCCEEDED", "FAILED")
+    for job in (kept, failing):
+        attempt = only_attempt(job)
+        files = [run_directory(attempt), Path(attempt.log_path),
+                 work / "runs" / f"job-{job.pk}", work / "logs" / f"job-{job.pk}"]
+        wait_for(lambda files=files: not any(path.exists() for path in files),
+                 f"{job.name}'s run directory and log file to be removed", drive=False)
+    assert lines(only_attempt(kept)) == ["done"], "the lines were stored first"
+    pool = WarmPool.objects.get(owner=kept)
+    assert pool.status == PoolStatus.AVAILABLE
+    assert (Path(pool.cache_directory) / "model").read_text() == "model\n", "the pool's cache"
+    fresh_cache = lines(only_attempt(failing))[0]
+    assert fresh_cache == str(attempt_cache_directory(only_attempt(failing)))
+    assert not Path(fresh_cache).exists(), "a cache that no pool took goes"

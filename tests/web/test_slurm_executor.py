@@ -26,7 +26,7 @@ from quotaweb.models import (
     CapacityLimit,
     CapacityUnit,
     Job,
-    LogLine,
+    LogChunk,
     QuotaShare,
 )
 from quotaweb.models.jobs import JobStatus
@@ -133,8 +133,8 @@ def attempts(job: Job) -> list[Attempt]:
 
 
 def lines(attempt: Attempt) -> list[str]:
-    return list(LogLine.objects.filter(attempt=attempt).order_by("number")
-                .values_list("text", flat=True))
+    return [line for chunk in LogChunk.objects.filter(attempt=attempt).order_by("first")
+            for line in chunk.lines()]
 
 
 def logged(job: Job, text: str) -> bool:

@@ -10,8 +10,9 @@ from ninja import Path, Query, Router, Schema
 from ninja.responses import Status
 from pydantic import Field, StringConstraints
 
-from ...models import Job, LogLine
+from ...models import Job
 from ...read_model.jobs import Reader, job_dicts, job_rows, new_job_dict, single_job_dict
+from ...read_model.logs import log_tail
 from ...services import batch as batch_services
 from ...services import jobs as job_services
 from ...services.errors import NotFound, ValidationFailed
@@ -168,11 +169,6 @@ def job_logs(request: HttpRequest, job_id: JobId,
     if not can_see_job_secrets(current_user(request), job):
         raise ApiError(403, "FORBIDDEN", f"Only members of quota share {job.quota_share.name} "
                                          "and administrators may read this job's logs.")
-    lines = list(
-        LogLine.objects.filter(attempt__job=job).select_related("attempt")
-        .order_by("-attempt__number", "-number")[:tail]
-    )
-    lines.reverse()
-    return {"lines": [{"attempt": line.attempt.number, "number": line.number,
+    return {"lines": [{"attempt": line.attempt, "number": line.number,
                        "time": line.time, "stream": line.stream, "text": line.text}
-                      for line in lines]}
+                      for line in log_tail(job.pk, tail)]}

@@ -12,7 +12,7 @@
   one Slurm no longer knows is a platform error.  While Slurm has the job, the poll renews
   the attempt's heartbeat (slurmctld watches the node; Quotaweb watches slurmctld).  The
   job's output file (`--output`, in a directory only the job user and the server can read)
-  is shipped to LogLine rows like a local log.
+  is shipped to LogChunk rows like a local log.
 - **Stop.**  A preemption or terminate sets the attempt's outcome and kill_at in the
   database first; then `scancel --signal=TERM --full` (the batch script and everything
   it started), and at kill_at `scancel --signal=KILL --full` and `scancel`.  The poll finds
@@ -235,9 +235,10 @@ def _ship_log(attempt_id: int, log_path: object, *, final: bool) -> None:
         return
     tail = _tails.get(attempt_id)
     if tail is None:
-        # A new process re-reads the file from its start; the line numbers are the same,
-        # so the lines already stored are not stored twice.
+        # A new process re-reads the file from its start; the lines already stored are
+        # skipped, so none is stored twice.
         tail = _tails[attempt_id] = LogTail(Path(str(log_path)))
+        tail.resume(attempt_id)
     while tail.read(final=final):
         tail.ship(attempt_id)
     tail.ship(attempt_id)

@@ -13,7 +13,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from quotaweb.runtime import Forecaster, Scheduler
+from quotaweb.runtime import Forecaster, LogPruner, Scheduler
 
 
 class Command(BaseCommand):
@@ -33,9 +33,10 @@ class Command(BaseCommand):
                               "server do not see this process's broadcasts; `manage.py "
                               "serve` runs the cycle itself in the embedded mode.")
         where = "via Celery" if settings.REDIS_URL else "in this process"
-        scheduler, forecaster = Scheduler(), Forecaster()
+        scheduler, forecaster, pruner = Scheduler(), Forecaster(), LogPruner()
         scheduler.start()
         forecaster.start()
+        pruner.start()
         self.stdout.write(f"Scheduling cycle running every second (attempts launch {where}). "
                           "Stop with CONTROL-C.")
         self.stdout.flush()
@@ -43,6 +44,7 @@ class Command(BaseCommand):
             while not stopping.wait(1):
                 pass
         finally:
+            pruner.stop()
             forecaster.stop()
             scheduler.stop()
         self.stdout.write("Scheduler stopped.")

@@ -19,7 +19,13 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils.module_loading import import_string
 
 from quotaweb.management import workers
-from quotaweb.runtime import Forecaster, Scheduler, broadcast_on_loop, send_on_loop
+from quotaweb.runtime import (
+    Forecaster,
+    LogPruner,
+    Scheduler,
+    broadcast_on_loop,
+    send_on_loop,
+)
 
 
 def site_url(host: str, port: int) -> str:
@@ -67,11 +73,12 @@ class Command(BaseCommand):
                 raise CommandError(f"A server process ended with status {code}; all stopped.")
             return
         self.check_migrations()
-        scheduler = forecaster = None
+        scheduler = forecaster = pruner = None
         if settings.QUOTAWEB["IN_PROCESS_SCHEDULER"]:
             # Daphne's event loop serves the websockets; broadcasting on it reaches them.
             scheduler = Scheduler(broadcast=broadcast_on_loop(twisted_loop))
             forecaster = Forecaster(send=send_on_loop(twisted_loop))
+            pruner = LogPruner()
         replay_stop = threading.Event()
         replay = self._demo_thread(replay_stop) if options["demo"] else None
         sign_in = self._demo_setup() if options["demo"] else ""
@@ -79,7 +86,7 @@ class Command(BaseCommand):
         def listening() -> None:
             # Started only once the server listens: a port in use starts nothing.
             self._announce(site_url(host, port), scheduler is not None, sign_in)
-            for worker in (scheduler, forecaster, replay):
+            for worker in (scheduler, forecaster, pruner, replay):
                 if worker is not None:
                     worker.start()
 
@@ -99,6 +106,8 @@ class Command(BaseCommand):
             replay_stop.set()
             if replay is not None and replay.is_alive():
                 replay.join(5)
+            if pruner is not None:
+                pruner.stop()
             if forecaster is not None:
                 forecaster.stop()
             if scheduler is not None:

@@ -81,6 +81,8 @@ def _page(request: HttpRequest, job: Job, status: int = 200, **bound: forms.Form
         "log_lines": job_data.log_tail(job) if secrets else [],
         "max_keep_alive": job.quota_share.max_keep_alive_seconds,
         "log_limit": settings.QUOTAWEB["LOG_LIMIT_BYTES"],
+        "log_line_limit": f"{settings.QUOTAWEB['LOG_LIMIT_LINES']:,}",
+        "log_retention_days": settings.QUOTAWEB["LOG_RETENTION_DAYS"],
     }, status=status)
 
 
