@@ -224,7 +224,7 @@ def test_beat_sends_the_prune_to_the_background_queue(attempt: Attempt, settings
 
 def test_the_migration_carries_every_log_line_over() -> None:
     executor = MigrationExecutor(connection)
-    target = ("quotaweb", "0008_log_chunks")
+    target = ("quotaweb", "0010_log_chunks")
     graph = executor.loader.graph
     # The state just before it: its latest parent (the others are that one's ancestors).
     before = [max((parent.key for parent in graph.node_map[target].parents),

@@ -64,8 +64,6 @@ def chunks_to_lines(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('quotaweb', '0007_submitted_values'),
-        # Only so that this branch, rebased onto main, has one leaf; re-chained on merge.
         ('quotaweb', '0009_fair_share'),
     ]
 
