@@ -18,16 +18,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.utils import timezone
-
-from scheduler.events import Submitted
 
 from ..executors import backends
 from ..models import Job, QuotaShare
-from ..models.shares import ShareState
 from ..scheduling import events
+from . import admission
 from .errors import Conflict, Forbidden, ServiceError, ValidationFailed
 from .jobs import (
+    REFUSAL_RECHECKS,
     User,
     _client_token,
     _job_for_token,
@@ -36,7 +34,6 @@ from .jobs import (
     _stored_user,
     refuse_unisolated_commands,
 )
-from .limits import check_submission_limits
 from .permissions import can_write_share
 from .submission import request_fingerprint, validate_submission
 
@@ -150,39 +147,42 @@ def _count_items(problems: Mapping[str, object]) -> int:
 
 def _write(user: User | None, checked: list[Item]) -> list[tuple[Job, bool]]:
     new = [item for item in checked if item.existing is None]
-    with transaction.atomic():
-        if new:
+    for _ in range(REFUSAL_RECHECKS):
+        try:
+            _write_new(user, new)
+            break
+        except admission.Refused:
+            pass
+        # Refused: say why from a transaction that wrote nothing (see submit_job).
+        with transaction.atomic():
             events.lock_events()
-            _check_shares(user, new)
-            jobs = Job.objects.bulk_create([
-                Job(**item.cleaned, quota_share=item.share, submitted_by=_stored_user(user),
-                    request_fingerprint=item.fingerprint,
-                    executor=backends.kind_for(
-                        item.cleaned["command"], item.cleaned["instance_type"]))
-                for item in new
-            ])
-            events.record_all([events.of(Submitted(), job=job, time=job.created_at)
-                               for job in jobs])
-            for item, job in zip(new, jobs, strict=True):
-                item.existing = job
+            admission.explain(user, [_unsaved(user, item) for item in new], batch=True)
+    else:
+        raise Conflict("SUBMISSION_CONTENDED", "The batch was refused and then not, "
+                                               f"{REFUSAL_RECHECKS} times; try again.")
     created = {id(item) for item in new}
     return [(_job(item), id(item) in created) for item in checked]
 
 
-def _check_shares(user: User | None, new: list[Item]) -> None:
-    """Under the event lock: every share still ENABLED, and within its queue limits with
-    the whole batch counted."""
-    per_share = Counter(item.share.pk for item in new)
-    states = dict(QuotaShare.objects.filter(pk__in=per_share).values_list("pk", "state"))
-    for item in new:
-        if states.get(item.share.pk) == ShareState.DISABLED:
-            raise Conflict("SHARE_DISABLED", f"Quota share {item.share.name} is DISABLED and "
-                                             "accepts no new jobs; nothing was submitted.")
-    if user is None:
+def _write_new(user: User | None, new: list[Item]) -> None:
+    """One transaction under the event lock: one insert of every new job, then their
+    admission (services/admission.py: the shares' state and queue limits with the whole
+    batch counted, and the SUBMITTED events, in one statement)."""
+    if not new:
         return
-    now = timezone.now()
-    for share in {item.share.pk: item.share for item in new}.values():
-        check_submission_limits(user, share, now, count=per_share[share.pk])
+    with transaction.atomic():
+        events.lock_events()
+        jobs = Job.objects.bulk_create([_unsaved(user, item) for item in new])
+        admission.admit(user, jobs)
+    for item, job in zip(new, jobs, strict=True):
+        item.existing = job
+
+
+def _unsaved(user: User | None, item: Item) -> Job:
+    return Job(**item.cleaned, quota_share=item.share, submitted_by=_stored_user(user),
+               request_fingerprint=item.fingerprint,
+               executor=backends.kind_for(item.cleaned["command"],
+                                          item.cleaned["instance_type"]))
 
 
 def _reload_tokens(user: User | None, checked: list[Item]) -> list[Item]:

@@ -17,22 +17,20 @@ from django.utils import timezone
 
 from scheduler.decisions import PoolTermination
 from scheduler.effects import job_terminated
-from scheduler.events import PriorityUpdated, Submitted, WarmPoolUpdated
+from scheduler.events import PriorityUpdated, WarmPoolUpdated
 from scheduler.lifecycle import Outcome, keep_alive_expiry, leaves_warm_pool
 from scheduler.model import JobStatus as EngineJobStatus
 
 from ..executors import backends
 from ..models import Attempt, Job, QuotaShare, WarmPool, WarmPoolSegment
 from ..models.jobs import ACTIVE_STATUSES
-from ..models.shares import ShareState
 from ..models.warm_pools import PoolStatus
 from ..scheduling import events
 from ..scheduling.attempts import end_available_pool, release
 from ..scheduling.clock import from_engine
 from ..scheduling.effects import Writer, ending, warm_room
-from . import values
+from . import admission, values
 from .errors import Conflict, Forbidden, NotFound, Problems, ValidationFailed
-from .limits import check_submission_limits
 from .permissions import can_write_share
 from .submission import (
     SUBMISSION_DEFAULTS,
@@ -80,46 +78,60 @@ def submit_job(user: User | None, **fields: Any) -> tuple[Job, bool]:
         existing = _job_for_token(user, token)
         if existing is not None:
             return _repeat(existing, fingerprint), False
-    with transaction.atomic():
-        share = _share_for(fields.get("quota_share"))
-        if user is not None and not can_write_share(user, share):
-            raise Forbidden(f"Only members of quota share {share.name} and administrators "
-                            "may submit jobs to it.")
-        cleaned = validate_submission(fields, share)
-        if cleaned.get("command"):
-            refuse_unisolated_commands(cleaned["instance_type"])
-        # Taken only now, to keep the section that submissions pass one at a time short:
-        # the checks above need no lock.  The share's state is read again under it, as a
-        # share disabled meanwhile (under the same lock) accepts nothing more.
-        events.lock_events()
-        state = QuotaShare.objects.filter(pk=share.pk).values_list("state", flat=True).first()
-        if state == ShareState.DISABLED:
-            raise Conflict("SHARE_DISABLED",
-                           f"Quota share {share.name} is DISABLED and accepts no new jobs.")
-        if user is not None:
-            check_submission_limits(user, share, timezone.now())
+    share = _share_for(fields.get("quota_share"))
+    if user is not None and not can_write_share(user, share):
+        raise Forbidden(f"Only members of quota share {share.name} and administrators "
+                        "may submit jobs to it.")
+    cleaned = validate_submission(fields, share)
+    if cleaned.get("command"):
+        refuse_unisolated_commands(cleaned["instance_type"])
+    for _ in range(REFUSAL_RECHECKS):
         new = Job(**cleaned, quota_share=share, submitted_by=_stored_user(user),
                   request_fingerprint=fingerprint,
                   submitted_priority=cleaned["priority"],
                   submitted_keep_alive_seconds=cleaned["keep_alive_seconds"],
                   executor=backends.kind_for(cleaned["command"], cleaned["instance_type"]))
+        try:
+            return _write_submission(user, new, token, fingerprint)
+        except admission.Refused:
+            pass
+        # Refused (the share DISABLED meanwhile, or a queue limit): say which, with the
+        # figures, from a transaction that wrote nothing.  When nothing refuses it any more
+        # (a job left the queue meanwhile), the submission is tried again.
+        with transaction.atomic():
+            events.lock_events()
+            admission.explain(user, [new])
+    raise Conflict("SUBMISSION_CONTENDED", "The submission was refused and then not, "
+                                           f"{REFUSAL_RECHECKS} times; try again.")
+
+
+# How often a submission whose admission was refused, but whose refusal is gone when
+# looked for, is tried again (each time the queue moved in between: in practice once).
+REFUSAL_RECHECKS = 3
+
+
+def _write_submission(user: User | None, new: Job, token: str | None,
+                      fingerprint: str) -> tuple[Job, bool]:
+    """One transaction, the event lock taken first and held over three round trips: the
+    insert, the admission (services/admission.py: the share's state and queue limits
+    checked and the SUBMITTED event written, in one statement), the commit."""
+    with transaction.atomic():
+        events.lock_events()
         if token is None:
             # Only a client_token can clash (one_job_per_client_token): without one there
             # is no savepoint to pay for, two round trips fewer under the event lock.
             new.save(force_insert=True)
-            job = new
         else:
             try:
                 with transaction.atomic():  # a savepoint: the transaction survives a clash
                     new.save(force_insert=True)
-                    job = new
             except IntegrityError:
                 existing = _job_for_token(user, token)
                 if existing is None:
                     raise
                 return _repeat(existing, fingerprint), False
-        events.emit(Submitted(), job=job, time=job.created_at)
-    return job, True
+        admission.admit(user, [new])
+    return new, True
 
 
 def _client_token(user: User | None, token: object) -> str | None:

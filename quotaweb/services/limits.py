@@ -7,13 +7,16 @@ not be able to flood a share's queue, since every queued job costs every schedul
   429 TOO_MANY_SUBMISSIONS, with the seconds until the oldest of them leaves the window.
 
 Both are checked under the event lock, which every submission holds while it writes, so
-concurrent submissions cannot slip past a limit together.  Jobs the system submits (no
-user) and repeats of a client_token (no new job) are not counted against them.
+concurrent submissions cannot slip past a limit together: services/admission.py checks
+them in the statement that writes the SUBMITTED events, and this module says why one was
+refused.  Jobs the system submits (no user) and repeats of a client_token (no new job) are
+not counted against them.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -25,10 +28,12 @@ WINDOW = timedelta(minutes=1)
 
 
 def check_submission_limits(user: Any, share: QuotaShare, now: datetime,
-                            count: int = 1) -> None:
+                            count: int = 1, exclude: Sequence[int] = ()) -> None:
     """Refuse `count` new jobs for `user` in `share` that would exceed either limit (a
-    batch counts as many submissions as it has jobs)."""
-    queued = Job.objects.filter(quota_share=share, status__in=QUEUED_STATUSES).count()
+    batch counts as many submissions as it has jobs); the jobs `exclude` names (the new
+    ones, when already written) are not counted."""
+    jobs = Job.objects.exclude(pk__in=exclude) if exclude else Job.objects.all()
+    queued = jobs.filter(quota_share=share, status__in=QUEUED_STATUSES).count()
     if queued + count > share.max_queued_jobs:
         if count == 1:
             said = (f"Quota share {share.name} already has {queued} queued jobs, its limit "
@@ -37,7 +42,7 @@ def check_submission_limits(user: Any, share: QuotaShare, now: datetime,
             said = (f"Quota share {share.name} has {queued} queued jobs; {count} more would "
                     f"pass its limit (max_queued_jobs {share.max_queued_jobs})")
         raise Conflict("QUEUE_FULL", f"{said}; submit again when some have started or ended.")
-    recent = list(Job.objects.filter(quota_share=share, submitted_by=user,
+    recent = list(jobs.filter(quota_share=share, submitted_by=user,
                                      created_at__gt=now - WINDOW)
                   .order_by("-created_at").values_list("created_at", flat=True)
                   [:share.max_submissions_per_minute])
