@@ -10,6 +10,8 @@ class QuotawebConfig(AppConfig):
         # Load the Celery app in every Django process, however it was started (an ASGI
         # server may import quotaweb before django), so tasks bind to REDIS_URL's broker.
         from . import celery  # noqa: F401
+        from .api import token_cache
         from .realtime import sessions
 
         sessions.connect()
+        token_cache.connect()

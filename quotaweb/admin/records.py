@@ -21,6 +21,7 @@ from ..models import (
     SchedulerState,
     UsageSample,
 )
+from ..services import tokens as token_services
 from .base import ReadOnlyAdmin
 
 # The outbox and the scheduler's bookkeeping -----------------------------------------------
@@ -102,7 +103,5 @@ class ApiTokenAdmin(admin.ModelAdmin):
 
     @admin.action(description="Revoke selected tokens")
     def revoke(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:
-        from django.utils import timezone
-
-        count = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+        count = token_services.revoke(queryset)
         self.message_user(request, f"Revoked {count} token(s).", messages.SUCCESS)

@@ -9,6 +9,7 @@ already serialises writers (transactions start IMMEDIATE).
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Any
 
@@ -76,8 +77,40 @@ def rendered(payload: Payload) -> dict[str, Any]:
     return details(payload, job=int, time=lambda seconds: iso(from_engine(seconds), "auto"))
 
 
-def record_all(items: list[Event]) -> list[Event]:
-    """Write events in order, ids ascending (the caller holds the event lock)."""
+def record_all(items: list[Event], *, when: Condition | None = None) -> list[Event]:
+    """Write events in order, ids ascending (the caller holds the event lock).
+
+    `when`: an SQL condition and its parameters, checked in the same statement, after the
+    lock (the statement's snapshot sees every transaction committed before): the events
+    are written only if it holds, and [] is returned if not.  PostgreSQL only."""
     if not items:
         return []
-    return Event.objects.bulk_create(items)
+    if when is None:
+        return Event.objects.bulk_create(items)
+    if connection.vendor != "postgresql":
+        raise NotImplementedError("a conditional write of events needs PostgreSQL")
+    condition, condition_params = when
+    rows: list[str] = []
+    params: list[Any] = []
+    for ordinal, item in enumerate(items):
+        rows.append("(%s, %s::timestamptz, %s, %s, %s, %s::jsonb)")
+        params += [ordinal, item.time, str(item.type), item.job_id, item.quota_share,
+                   json.dumps(item.details)]
+    sql = (f"INSERT INTO {Event._meta.db_table} (time, type, job_id, quota_share, details) "
+           "SELECT v.time, v.type, v.job_id, v.quota_share, v.details "
+           f"FROM (VALUES {', '.join(rows)}) "
+           "AS v(ordinal, time, type, job_id, quota_share, details) "
+           f"WHERE {condition} ORDER BY v.ordinal RETURNING id")
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*params, *condition_params])
+        ids = [row[0] for row in cursor.fetchall()]
+    if not ids:
+        return []
+    for item, pk in zip(items, sorted(ids), strict=True):
+        item.pk = pk
+        item._state.adding = False
+    return items
+
+
+# An SQL boolean expression and its parameters (record_all's `when`).
+Condition = tuple[str, list[Any]]

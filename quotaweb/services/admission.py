@@ -15,7 +15,6 @@ When the statement inserts nothing the submission is refused: the caller rolls b
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime
@@ -24,9 +23,9 @@ from typing import Any
 from django.db import connection
 from django.utils import timezone
 
-from scheduler.events import EventType, Submitted
+from scheduler.events import Submitted
 
-from ..models import Event, Job, QuotaShare
+from ..models import Job, QuotaShare
 from ..models.jobs import QUEUED_STATUSES
 from ..models.shares import ShareState
 from ..scheduling import events
@@ -46,24 +45,14 @@ def admit(user: Any, jobs: Sequence[Job], now: datetime | None = None) -> None:
     if not jobs:
         return
     now = now or timezone.now()
+    submitted = [events.of(Submitted(), job=job, time=job.created_at) for job in jobs]
     if connection.vendor != "postgresql":
-        _admit_by_queries(user, jobs, now)
+        # The ORM's checks, raising the refusal itself (SQLite serialises writers anyway).
+        _check(user, jobs, now, exclude=[job.pk for job in jobs], batch=len(jobs) > 1)
+        events.record_all(submitted)
         return
-    rows: list[str] = []
-    params: list[Any] = []
-    for ordinal, job in enumerate(jobs):
-        rows.append("(%s, %s::timestamptz, %s, %s)")
-        params += [ordinal, job.created_at, job.pk, job.quota_share.name]
-    conditions, condition_params = _conditions(user, jobs, now)
-    sql = (f"INSERT INTO {EVENT_TABLE} (time, type, job_id, quota_share, details) "
-           f"SELECT v.time, %s, v.job_id, v.quota_share, %s::jsonb "
-           f"FROM (VALUES {', '.join(rows)}) AS v(ordinal, time, job_id, quota_share) "
-           f"WHERE {' AND '.join(conditions)} ORDER BY v.ordinal RETURNING id")
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [EventType.SUBMITTED.value, SUBMITTED_DETAILS, *params,
-                             *condition_params])
-        written = cursor.fetchall()
-    if len(written) != len(jobs):
+    conditions, params = _conditions(user, jobs, now)
+    if not events.record_all(submitted, when=(" AND ".join(conditions), params)):
         raise Refused()
 
 
@@ -78,7 +67,7 @@ def _conditions(user: Any, jobs: Sequence[Job], now: datetime) -> tuple[list[str
         share = shares[share_id]
         conditions.append(f"EXISTS (SELECT 1 FROM {SHARE_TABLE} s WHERE s.id = %s "
                           "AND s.state <> %s)")
-        params += [share_id, ShareState.DISABLED.value]
+        params += [share_id, str(ShareState.DISABLED)]
         if user is None:
             continue
         conditions.append(
@@ -92,13 +81,6 @@ def _conditions(user: Any, jobs: Sequence[Job], now: datetime) -> tuple[list[str
         params += [share_id, user.pk, now - WINDOW, share.max_submissions_per_minute + 1,
                    share.max_submissions_per_minute]
     return conditions, params
-
-
-def _admit_by_queries(user: Any, jobs: Sequence[Job], now: datetime) -> None:
-    """The same checks with the ORM, raising the refusal itself (SQLite, where writers
-    are serialised anyway)."""
-    _check(user, jobs, now, exclude=[job.pk for job in jobs], batch=len(jobs) > 1)
-    events.record_all([events.of(Submitted(), job=job, time=job.created_at) for job in jobs])
 
 
 def explain(user: Any, jobs: Sequence[Job], now: datetime | None = None, *,
@@ -126,7 +108,5 @@ def _check(user: Any, jobs: Sequence[Job], now: datetime, exclude: list[int],
                                 exclude=exclude)
 
 
-SUBMITTED_DETAILS = json.dumps(events.rendered(Submitted()))
-EVENT_TABLE = Event._meta.db_table
 JOB_TABLE = Job._meta.db_table
 SHARE_TABLE = QuotaShare._meta.db_table

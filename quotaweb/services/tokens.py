@@ -10,8 +10,10 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from django.db.models import QuerySet
 from django.utils import timezone
 
+from ..api import token_cache
 from ..models import ApiToken
 from . import values
 from .errors import Problems, ValidationFailed
@@ -51,5 +53,13 @@ def _expiry(problems: Problems, value: object, now: datetime) -> datetime | None
 
 def revoke_all(user: Any) -> int:
     """Revoke every token of `user` not yet revoked (one statement); returns how many."""
-    return ApiToken.objects.filter(user=user, revoked_at__isnull=True).update(
-        revoked_at=timezone.now())
+    return revoke(ApiToken.objects.filter(user=user))
+
+
+def revoke(tokens: QuerySet[ApiToken]) -> int:
+    """Revoke the tokens not yet revoked among `tokens`; returns how many.  The only way
+    tokens are revoked: it also empties this process's cache of tokens found
+    (quotaweb/api/token_cache.py), so that they are refused from the next request."""
+    count = tokens.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+    token_cache.forget()
+    return count

@@ -426,8 +426,8 @@ class Writers:
             self._tag([item.pk])
             return item
 
-        def record_all(items: list[Any]) -> Any:
-            written = real_record_all(items)
+        def record_all(items: list[Any], **options: Any) -> Any:
+            written = real_record_all(items, **options)
             self._tag([item.pk for item in written])
             return written
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from django.http import HttpRequest, HttpResponse
-from django.utils import timezone
 from ninja import Path, Router
 from ninja.responses import Status
 
@@ -69,7 +68,5 @@ def revoke_token(request: HttpRequest, token_id: TokenId) -> HttpResponse:
     token = ApiToken.objects.filter(pk=token_id, user=current_user(request)).first()
     if token is None:
         raise NotFound(f"Token {token_id} does not exist.", code="TOKEN_NOT_FOUND")
-    if token.revoked_at is None:
-        ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(
-            revoked_at=timezone.now())
+    token_services.revoke(ApiToken.objects.filter(pk=token.pk))
     return HttpResponse(status=204)

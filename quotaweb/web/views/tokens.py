@@ -58,8 +58,7 @@ def tokens(request: HttpRequest) -> HttpResponse:
 @require_POST
 def revoke_token(request: HttpRequest, token_id: int) -> HttpResponse:
     token = get_object_or_404(ApiToken, pk=token_id, user=request.user)
-    ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(
-        revoked_at=timezone.now())
+    token_services.revoke(ApiToken.objects.filter(pk=token.pk))
     messages.success(request, f"Token {token.prefix}… revoked.")
     return redirect("web:tokens")
 
