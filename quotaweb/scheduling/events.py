@@ -10,6 +10,8 @@ already serialises writers (transactions start IMMEDIATE).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
@@ -32,6 +34,23 @@ def lock_events() -> None:
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", [EVENT_LOCK_KEY])
+
+
+@contextmanager
+def lock_events_with_next_statement() -> Iterator[None]:
+    """Take the event lock in the same round trip as the next statement run inside the
+    block: on PostgreSQL both are sent together (psycopg's pipeline mode), so the lock is
+    held one round trip less.  The statement runs only once the lock is held."""
+    if not transaction.get_connection().in_atomic_block:
+        raise RuntimeError("events are written inside a transaction")
+    if connection.vendor != "postgresql" or connection.connection is None:
+        lock_events()
+        yield
+        return
+    raw = connection.connection
+    with raw.pipeline():
+        raw.execute("SELECT pg_advisory_xact_lock(%s)", [EVENT_LOCK_KEY])
+        yield
 
 
 def event(

@@ -170,9 +170,10 @@ def _write_new(user: User | None, new: list[Item]) -> None:
     batch counted, and the SUBMITTED events, in one statement)."""
     if not new:
         return
+    unsaved = [_unsaved(user, item) for item in new]
     with transaction.atomic():
-        events.lock_events()
-        jobs = Job.objects.bulk_create([_unsaved(user, item) for item in new])
+        with events.lock_events_with_next_statement():
+            jobs = Job.objects.bulk_create(unsaved)
         admission.admit(user, jobs)
     for item, job in zip(new, jobs, strict=True):
         item.existing = job

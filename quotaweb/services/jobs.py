@@ -13,6 +13,7 @@ from typing import Any, TypeAlias
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import IntegrityError, transaction
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from scheduler.decisions import PoolTermination
@@ -22,7 +23,7 @@ from scheduler.lifecycle import Outcome, keep_alive_expiry, leaves_warm_pool
 from scheduler.model import JobStatus as EngineJobStatus
 
 from ..executors import backends
-from ..models import Attempt, Job, QuotaShare, WarmPool, WarmPoolSegment
+from ..models import Attempt, CapacityLimit, Job, QuotaShare, WarmPool, WarmPoolSegment
 from ..models.jobs import ACTIVE_STATUSES
 from ..models.warm_pools import PoolStatus
 from ..scheduling import events
@@ -78,7 +79,7 @@ def submit_job(user: User | None, **fields: Any) -> tuple[Job, bool]:
         existing = _job_for_token(user, token)
         if existing is not None:
             return _repeat(existing, fingerprint), False
-    share = _share_for(fields.get("quota_share"))
+    share = _share_for(fields.get("quota_share"), user, fields.get("instance_type"))
     if user is not None and not can_write_share(user, share):
         raise Forbidden(f"Only members of quota share {share.name} and administrators "
                         "may submit jobs to it.")
@@ -113,15 +114,17 @@ REFUSAL_RECHECKS = 3
 def _write_submission(user: User | None, new: Job, token: str | None,
                       fingerprint: str) -> tuple[Job, bool]:
     """One transaction, the event lock taken first and held over three round trips: the
-    insert, the admission (services/admission.py: the share's state and queue limits
-    checked and the SUBMITTED event written, in one statement), the commit."""
+    lock with the insert, the admission (services/admission.py: the share's state and
+    queue limits checked and the SUBMITTED event written, in one statement), the commit.
+    With a client_token, the lock and a savepoint around the insert cost three more."""
     with transaction.atomic():
-        events.lock_events()
         if token is None:
             # Only a client_token can clash (one_job_per_client_token): without one there
-            # is no savepoint to pay for, two round trips fewer under the event lock.
-            new.save(force_insert=True)
+            # is no savepoint to pay for, and the lock goes with the insert.
+            with events.lock_events_with_next_statement():
+                new.save(force_insert=True)
         else:
+            events.lock_events()
             try:
                 with transaction.atomic():  # a savepoint: the transaction survives a clash
                     new.save(force_insert=True)
@@ -162,11 +165,28 @@ def _repeat(existing: Job, fingerprint: str) -> Job:
     return existing
 
 
-def _share_for(value: object) -> QuotaShare:
+def _share_for(value: object, user: User | None = None, unit: object = None) -> QuotaShare:
+    """The live share named `value`.  Given `user` and `unit`, the same query also finds
+    whether the user is a member and whether the share has a limit for the unit, which
+    the permission check and the submission's checks then read (permissions.is_member,
+    submission.offers_unit) instead of asking again."""
     name = value.name if isinstance(value, QuotaShare) else value
     if not isinstance(name, str) or not name:
         raise ValidationFailed({"quota_share": ["quota_share is required."]})
-    share = QuotaShare.live.filter(name=name).first()
+    shares = QuotaShare.live.filter(name=name)
+    stored = _stored_user(user)
+    if stored is not None:
+        shares = shares.annotate(member_flag=Exists(QuotaShare.members.through.objects.filter(
+            quotashare_id=OuterRef("pk"), user_id=stored.pk)))
+    if isinstance(unit, str):
+        shares = shares.annotate(unit_flag=Exists(CapacityLimit.objects.filter(
+            quota_share_id=OuterRef("pk"), capacity_unit=unit)))
+    share = shares.first()
+    if share is not None:
+        if stored is not None:
+            share.known_member = (stored.pk, share.member_flag)
+        if isinstance(unit, str):
+            share.known_unit = (unit, share.unit_flag)
     if share is None:
         raise ValidationFailed({"quota_share": [f"Quota share {name} does not exist."]})
     return share

@@ -25,6 +25,9 @@ def is_admin(user: Any) -> bool:
 def is_member(user: Any, share: QuotaShare) -> bool:
     if not can_read(user):
         return False
+    known = getattr(share, "known_member", None)  # (user id, member?) found with the share
+    if known is not None and known[0] == user.pk:
+        return bool(known[1])
     cached = getattr(share, "_prefetched_objects_cache", {}).get("members")
     if cached is not None:  # members prefetched for a listing: no query per share
         return any(member.pk == user.pk for member in cached)

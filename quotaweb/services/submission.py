@@ -74,6 +74,9 @@ def _min_runtime_within_share(problems: Problems, value: int, share: QuotaShare)
 
 
 def _instance_type(problems: Problems, value: object, share: QuotaShare) -> None:
+    known = getattr(share, "known_unit", None)  # (unit, has a limit?) found with the share
+    if known is not None and known[0] == value and known[1]:
+        return
     # .all(): served from the prefetch cache when the caller loaded the limits (a batch).
     units = sorted(limit.capacity_unit for limit in share.capacity_limits.all())
     if value not in units:
