@@ -61,14 +61,18 @@ INSTALLED_APPS = [
     "quotaweb",
 ]
 
+# Django's CSRF check looks for its middleware by class name; quotaweb.asgi_middleware
+# checks for its async-capable subclass instead (quotaweb.W003).
+SILENCED_SYSTEM_CHECKS = ["security.W003"]
+
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
-    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "quotaweb.asgi_middleware.StaticFilesMiddleware",  # WhiteNoise, async-capable
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "quotaweb.middleware.refuse_unstorable_text",
     "quotaweb.middleware.content_security_policy",
-    "django.middleware.csrf.CsrfViewMiddleware",
+    "quotaweb.asgi_middleware.CsrfMiddleware",  # Django's, async-capable
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
