@@ -10,7 +10,9 @@ Run by hand, never by tests:
 It creates the PostgreSQL database quotaweb_bench_api (DATABASE_URL may name another whose
 name contains "bench"), migrates it, sets up one capacity unit, one LEND_AND_BORROW share
 and a member with an API token, then starts `manage.py serve` on 127.0.0.1 (embedded
-channel layer, the cycle in the server process, simulated executor).  Each level runs
+channel layer, simulated executor) and the cycle in a process of its own (`manage.py
+run_scheduler`, as in the distributed mode; `--cycle-in-server`: in the server's process,
+as in the embedded mode).  Each level runs
 `--requests` POST /api/v1/jobs spread over N threads, each with its own keep-alive
 connection (http.client), stopping early at `--seconds`; then as many GET /api/v1/capacity
 with the same token and threads.  Ratio = submissions/s ÷ capacity reads/s.  Then
@@ -161,7 +163,11 @@ class BenchServer:
 
     port: int = field(default_factory=free_port)
     workers: int = 1  # more than one: the distributed mode (Redis db 11), serve --workers
+    # The cycle in a process of its own (`manage.py run_scheduler`), as in the distributed
+    # mode, rather than in the server's (the embedded mode).
+    cycle_apart: bool = False
     popen: subprocess.Popen[bytes] | None = None
+    cycle: subprocess.Popen[bytes] | None = None
     data_dir: tempfile.TemporaryDirectory[str] = field(
         default_factory=lambda: tempfile.TemporaryDirectory(prefix="quotaweb-bench-"))
 
@@ -179,6 +185,13 @@ class BenchServer:
         if self.workers > 1:
             env.update(REDIS_URL=BENCH_REDIS_URL, SECRET_KEY="bench-" + "x" * 50,
                        ALLOWED_HOSTS="127.0.0.1,localhost", QUOTAWEB_IN_PROCESS_SCHEDULER="1")
+        if self.cycle_apart:
+            env["QUOTAWEB_IN_PROCESS_SCHEDULER"] = "0"
+            with (Path(self.data_dir.name) / "cycle.log").open("wb") as log:
+                self.cycle = subprocess.Popen(
+                    [sys.executable, str(REPO / "manage.py"), "run_scheduler"], cwd=REPO,
+                    env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                    start_new_session=True)
         with self.log_path.open("wb") as log:
             self.popen = subprocess.Popen(
                 [sys.executable, str(REPO / "manage.py"), "serve", "--host", "127.0.0.1",
@@ -207,6 +220,13 @@ class BenchServer:
         return list(dict.fromkeys(found))[-most:]
 
     def stop(self) -> None:
+        if self.cycle is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.cycle.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.cycle.wait(15)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.cycle.pid, signal.SIGKILL)
         if self.popen is not None and self.popen.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 self.popen.send_signal(signal.SIGINT)
@@ -393,12 +413,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=1000)
     parser.add_argument("--workers", type=int, default=1,
                         help="serve --workers N (N > 1: distributed mode, Redis db 11)")
+    parser.add_argument("--cycle-in-server", action="store_true",
+                        help="the embedded mode's cycle in the server process (default: its "
+                             "own process, manage.py run_scheduler, as in the distributed mode)")
     args = parser.parse_args(argv)
     load_before = load_average()
     database = bench_database(DEFAULT_DATABASE_URL)
     try:
         fleet = setup_fleet()
-        with running(BenchServer(workers=args.workers)) as server:
+        server_setup = BenchServer(workers=args.workers, cycle_apart=not args.cycle_in_server)
+        with running(server_setup) as server:
             rows = measure(server.port, fleet.token, args.clients, args.requests,
                            args.seconds)
             batches = (measure_batches(server.port, fleet.token, args.batches,
@@ -407,8 +431,9 @@ def main(argv: list[str] | None = None) -> int:
             problems = server.problems()
     finally:
         drop_database()
+    cycle = "in-process cycle" if args.cycle_in_server else "cycle in its own process"
     print(f"# API throughput (Python {sys.version.split()[0]}, Daphne × {args.workers}, "
-          f"PostgreSQL {database}, in-process cycle; {args.requests} requests per level, "
+          f"PostgreSQL {database}, {cycle}; {args.requests} requests per level, "
           f"cap {args.seconds:g} s; load average before: {load_before})\n")
     print_table(rows)
     if batches is not None:

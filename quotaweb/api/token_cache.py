@@ -23,6 +23,7 @@ from django.db.models.signals import post_delete, post_save
 
 from ..models import ApiToken
 
+clock = time.monotonic  # tests move it on
 _lock = threading.Lock()
 _found: dict[str, tuple[float, ApiToken]] = {}
 # Bumped by every change: a lookup that began before it must not store what it read.
@@ -36,7 +37,7 @@ def seconds() -> float:
 def lookup(digest: str) -> ApiToken | None:
     """The live (not revoked) token with this digest and its user, or None."""
     ttl = seconds()
-    now = time.monotonic()
+    now = clock()
     with _lock:
         entry = _found.get(digest) if ttl > 0 else None
         generation = _generation
