@@ -185,6 +185,10 @@ QUOTAWEB = {
     # How often the queued jobs' estimated starts are refreshed (in the background).
     "FORECAST_SECONDS": env.integer("QUOTAWEB_FORECAST_SECONDS", 5, low=1),
     "HEARTBEAT_LEASE_SECONDS": env.integer("QUOTAWEB_HEARTBEAT_LEASE_SECONDS", 30, low=1),
+    # A bearer token found is trusted this long per web process: a revocation or a user
+    # deactivated in another process counts within it, in this one at once (0: read the
+    # token on every request; quotaweb/api/token_cache.py).
+    "AUTH_CACHE_SECONDS": env.integer("QUOTAWEB_AUTH_CACHE_SECONDS", 5, low=0),
     # GET /metrics: scraped with this bearer token, or from these addresses without one.
     "METRICS_TOKEN": env.string("QUOTAWEB_METRICS_TOKEN") or None,
     "METRICS_ALLOW": env.networks("QUOTAWEB_METRICS_ALLOW", ["127.0.0.1", "::1"]),

@@ -31,7 +31,7 @@ _generation = 0
 
 
 def seconds() -> float:
-    return float(settings.QUOTAWEB.get("AUTH_CACHE_SECONDS", 5))
+    return float(settings.QUOTAWEB["AUTH_CACHE_SECONDS"])
 
 
 def lookup(digest: str) -> ApiToken | None:

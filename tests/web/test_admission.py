@@ -1,0 +1,205 @@
+"""Submissions under concurrency (issue 23): a submission takes the event lock with its
+insert and checks the share's state and queue limits in the statement that writes its
+SUBMITTED event (quotaweb/services/admission.py).  These tests run real transactions on
+threads of their own (their own connections) on PostgreSQL."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from django.db import connection, transaction
+
+from quotaweb.models import Event, Job, QuotaShare
+from quotaweb.models.shares import ShareState
+from quotaweb.scheduling import events
+from quotaweb.services.errors import Conflict, ServiceError, TooManyRequests
+from quotaweb.services.jobs import submit_job
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+UNIT = "ml.g5.xlarge"
+
+
+@pytest.fixture
+def share(member: Any, make_share: Any) -> QuotaShare:
+    from quotaweb.models import CapacityUnit
+
+    if connection.vendor != "postgresql":
+        pytest.fail("these tests need PostgreSQL (DATABASE_URL): they test its locks")
+    CapacityUnit.objects.create(name=UNIT, max_capacity=4)
+    created: QuotaShare = make_share("QS1", {UNIT: 4}, members=(member,))
+    return created
+
+
+def fields(name: str) -> dict[str, Any]:
+    return {"name": name, "quota_share": "QS1", "instance_type": UNIT,
+            "duration_seconds": 5}
+
+
+def on_threads(*targets: Callable[[], None]) -> list[BaseException]:
+    """Run each target on its own thread (and connection); returns what they raised."""
+    raised: list[BaseException] = []
+
+    def run(target: Callable[[], None]) -> None:
+        try:
+            target()
+        except BaseException as error:  # noqa: BLE001 - returned to the test
+            raised.append(error)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=run, args=(target,)) for target in targets]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert not any(thread.is_alive() for thread in threads), "a thread hung"
+    return raised
+
+
+def wait_for_lock_waiters(count: int) -> None:
+    """Until `count` backends wait for an advisory lock (generous timeout, no timing)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
+                           "AND NOT granted AND database = (SELECT oid FROM pg_database "
+                           "WHERE datname = current_database())")
+            if cursor.fetchone()[0] >= count:
+                return
+        time.sleep(0.05)
+    pytest.fail(f"{count} submissions never waited for the event lock")
+
+
+def test_concurrent_submissions_never_pass_the_queue_limit_together(
+        share: QuotaShare, member: Any) -> None:
+    QuotaShare.objects.filter(pk=share.pk).update(max_queued_jobs=5)
+    refused: list[str] = []
+    lock = threading.Lock()
+
+    def submitter(index: int) -> Callable[[], None]:
+        def submit() -> None:
+            try:
+                submit_job(member, **fields(f"j{index}"))
+            except Conflict as error:
+                with lock:
+                    refused.append(error.code)
+        return submit
+
+    raised = on_threads(*(submitter(index) for index in range(12)))
+    assert raised == []
+    assert sorted(refused) == ["QUEUE_FULL"] * 7
+    assert Job.objects.count() == 5
+    submitted = Event.objects.filter(type="SUBMITTED")
+    assert sorted(submitted.values_list("job_id", flat=True)) == sorted(
+        Job.objects.values_list("id", flat=True))
+
+
+def test_the_per_minute_limit_holds_under_concurrency_with_retry_after(
+        share: QuotaShare, member: Any) -> None:
+    QuotaShare.objects.filter(pk=share.pk).update(max_submissions_per_minute=3)
+    refused: list[ServiceError] = []
+    lock = threading.Lock()
+
+    def submit(index: int) -> None:
+        try:
+            submit_job(member, **fields(f"j{index}"))
+        except TooManyRequests as error:
+            with lock:
+                refused.append(error)
+
+    assert on_threads(*(lambda index=index: submit(index) for index in range(8))) == []
+    assert len(refused) == 5 and Job.objects.count() == 3
+    assert all(error.retry_after is not None and error.retry_after >= 1 for error in refused)
+
+
+def test_a_submission_waits_for_the_event_lock_and_its_event_follows_in_commit_order(
+        share: QuotaShare, member: Any) -> None:
+    """The lock goes out with the job's insert: a writer holding it (here, one that wrote
+    an event) keeps the submission out until it commits, so the submission's job and
+    event come after, and event ids follow commit order."""
+    holding, release = threading.Event(), threading.Event()
+    written: dict[str, int] = {}
+
+    def holder() -> None:
+        with transaction.atomic():
+            events.lock_events()
+            written["holder"] = events.record("SHARE_UPDATED", quota_share="QS1").pk
+            holding.set()
+            assert release.wait(60)
+        written["holder_committed"] = 1
+
+    def submitter() -> None:
+        assert holding.wait(60)
+        job, _ = submit_job(member, **fields("waits"))
+        written["job"] = job.pk
+
+    def releaser() -> None:
+        assert holding.wait(60)
+        wait_for_lock_waiters(1)
+        assert Job.objects.count() == 0  # the insert waits with the lock
+        release.set()
+
+    assert on_threads(holder, submitter, releaser) == []
+    submitted = Event.objects.get(type="SUBMITTED", job_id=written["job"])
+    assert submitted.pk > written["holder"]
+    assert list(Event.objects.order_by("id").values_list("type", flat=True)) == [
+        "SHARE_UPDATED", "SUBMITTED"]
+
+
+def test_a_share_disabled_while_a_submission_waits_refuses_it_and_nothing_is_written(
+        share: QuotaShare, member: Any) -> None:
+    holding, release = threading.Event(), threading.Event()
+    refused: list[str] = []
+
+    def disabler() -> None:
+        with transaction.atomic():
+            events.lock_events()
+            QuotaShare.objects.filter(pk=share.pk).update(state=ShareState.DISABLED)
+            holding.set()
+            assert release.wait(60)
+
+    def submitter() -> None:
+        assert holding.wait(60)
+        try:
+            submit_job(member, **fields("too-late"))
+        except Conflict as error:
+            refused.append(error.code)
+
+    def releaser() -> None:
+        assert holding.wait(60)
+        wait_for_lock_waiters(1)
+        release.set()
+
+    assert on_threads(disabler, submitter, releaser) == []
+    assert refused == ["SHARE_DISABLED"]
+    assert Job.objects.count() == 0 and not Event.objects.filter(type="SUBMITTED").exists()
+
+
+def test_a_batch_is_admitted_whole_or_refused_whole_under_concurrency(
+        share: QuotaShare, member: Any) -> None:
+    from quotaweb.services.batch import submit_jobs
+
+    QuotaShare.objects.filter(pk=share.pk).update(max_queued_jobs=10)
+    outcomes: list[str] = []
+    lock = threading.Lock()
+
+    def batch(index: int) -> None:
+        try:
+            submit_jobs(member, [fields(f"b{index}-{n}") for n in range(4)])
+            result = "admitted"
+        except Conflict as error:
+            result = error.code
+        with lock:
+            outcomes.append(result)
+
+    assert on_threads(*(lambda index=index: batch(index) for index in range(5))) == []
+    assert sorted(outcomes) == ["QUEUE_FULL"] * 3 + ["admitted"] * 2
+    assert Job.objects.count() == 8
+    names = sorted(Job.objects.values_list("name", flat=True))
+    assert len({name.split("-")[0] for name in names}) == 2  # two whole batches
+    assert Event.objects.filter(type="SUBMITTED").count() == 8
