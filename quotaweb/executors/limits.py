@@ -13,6 +13,7 @@ unit, QUOTAWEB_JOB_PIDS_PER_INSTANCE processes, and a run directory of the unit'
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import signal
 from collections.abc import Sequence
@@ -22,6 +23,7 @@ from django.conf import settings
 
 from ..models import CapacityUnit
 from .cgroups import JobCgroup, Limits
+from .paths import work_dir
 
 MIB = 1 << 20
 
@@ -46,7 +48,12 @@ def command_limits(unit_name: str, instances: int) -> CommandLimits:
 
 
 def cgroup_name(job_id: int, attempt_number: int, rank: int) -> str:
-    return f"job-{job_id}-attempt-{attempt_number}-rank-{rank}"
+    """The group of an attempt's rank on this host.  It starts with a digest of WORK_DIR:
+    two installations on one host (each with its own database, so the same job ids) never
+    take, or clean up, each other's groups, while every executor process of one
+    installation (they share WORK_DIR) finds its predecessors' groups."""
+    installation = hashlib.sha256(str(work_dir().resolve()).encode()).hexdigest()[:12]
+    return f"{installation}-job-{job_id}-attempt-{attempt_number}-rank-{rank}"
 
 
 @dataclass
