@@ -137,6 +137,17 @@ class JobCgroup:
                 found.update(int(line) for line in path.read_text().split())
         return sorted(found)
 
+    def remove_if_empty(self) -> bool:
+        """Remove the group if no process is left in it; False when one is."""
+        for directory in self._distinct():
+            try:
+                directory.rmdir()
+            except FileNotFoundError:
+                continue
+            except OSError:
+                return False
+        return True
+
     def remove(self, timeout: float = 10.0) -> None:
         """Kill whatever is left in the group, then remove it (a group is removed only
         once it is empty)."""

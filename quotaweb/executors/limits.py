@@ -47,13 +47,30 @@ def command_limits(unit_name: str, instances: int) -> CommandLimits:
                          run_directory * count * MIB)
 
 
+def installation_prefix() -> str:
+    return hashlib.sha256(str(work_dir().resolve()).encode()).hexdigest()[:12] + "-"
+
+
+def parse_cgroup_name(name: str) -> tuple[int, int, int] | None:
+    """(job id, attempt number, rank) of one of this installation's groups, else None."""
+    prefix = installation_prefix()
+    if not name.startswith(prefix):
+        return None
+    parts = name[len(prefix):].split("-")
+    if len(parts) != 6 or parts[0::2] != ["job", "attempt", "rank"]:
+        return None
+    try:
+        return int(parts[1]), int(parts[3]), int(parts[5])
+    except ValueError:
+        return None
+
+
 def cgroup_name(job_id: int, attempt_number: int, rank: int) -> str:
     """The group of an attempt's rank on this host.  It starts with a digest of WORK_DIR:
     two installations on one host (each with its own database, so the same job ids) never
     take, or clean up, each other's groups, while every executor process of one
     installation (they share WORK_DIR) finds its predecessors' groups."""
-    installation = hashlib.sha256(str(work_dir().resolve()).encode()).hexdigest()[:12]
-    return f"{installation}-job-{job_id}-attempt-{attempt_number}-rank-{rank}"
+    return f"{installation_prefix()}job-{job_id}-attempt-{attempt_number}-rank-{rank}"
 
 
 @dataclass

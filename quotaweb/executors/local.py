@@ -44,7 +44,7 @@ from . import registry
 from .base import OUT_OF_MEMORY
 from .cgroups import CgroupsUnavailable, Hierarchy, cgroup_problem, hierarchy
 from .instances import Rank, Role
-from .limits import Confinement, cgroup_name, command_limits
+from .limits import Confinement, cgroup_name, command_limits, parse_cgroup_name
 from .logs import LogTail
 from .paths import attempt_cache_directory, attempt_log_path, work_dir
 from .sandbox import SANDBOX_UMASK, Sandbox, isolation_problem, launcher_environment
@@ -255,6 +255,35 @@ def release_leftover(attempt: Attempt, rank: int) -> None:
     group = groups.existing(cgroup_name(attempt.job_id, attempt.number, rank))
     with contextlib.suppress(OSError):
         Confinement(group).release()
+
+
+def sweep_ended_groups() -> int:
+    """Remove this installation's empty cgroups whose attempts have ended, wherever they
+    ran: an executor killed outright (or whose host name changed) never released them.
+    A group of an ended attempt never gets a process again, so this cannot race a start;
+    one that still has processes (an attempt in its grace period, under another live
+    supervisor) is left to its owner.  Returns how many were removed."""
+    try:
+        groups = hierarchy()
+    except CgroupsUnavailable:
+        return 0
+    parent = next(iter(groups.parents.values()))
+    found = {}
+    with contextlib.suppress(OSError):
+        for entry in parent.iterdir():
+            parsed = parse_cgroup_name(entry.name) if entry.is_dir() else None
+            if parsed is not None:
+                found[entry.name] = parsed
+    if not found:
+        return 0
+    ended = set(Attempt.objects.filter(
+        job_id__in={job for job, _, _ in found.values()}, outcome__isnull=False,
+    ).values_list("job_id", "number"))
+    removed = 0
+    for name, (job_id, number, _rank) in found.items():
+        if (job_id, number) in ended and groups.existing(name).remove_if_empty():
+            removed += 1
+    return removed
 
 
 def host_problem() -> str | None:

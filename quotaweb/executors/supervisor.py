@@ -49,7 +49,14 @@ from ..models.warm_pools import PoolStatus
 from ..scheduling import events
 from ..scheduling.attempts import AttemptAlreadyEnded, finish_attempt
 from . import ranks, registry
-from .local import LocalProcess, host_problem, live_group, release_leftover, run_directory
+from .local import (
+    LocalProcess,
+    host_problem,
+    live_group,
+    release_leftover,
+    run_directory,
+    sweep_ended_groups,
+)
 from .paths import (
     attempt_cache_directory,
     attempt_log_path,
@@ -366,6 +373,7 @@ def reconcile(host: str) -> list[int]:
         log_file = Path(attempt.log_path) if attempt.log_path and not index else None
         remove_attempt_files(run_directory(attempt, index),
                              log_file or attempt_log_path(attempt, index))
+    sweep_ended_groups()
     failed = []
     for attempt in [*orphans, *(rank.attempt for rank in rank_orphans)]:
         with transaction.atomic():

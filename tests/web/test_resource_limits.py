@@ -5,6 +5,7 @@ database.  Nothing is mocked; waits are generous and nothing asserts speed."""
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,9 +13,9 @@ from typing import Any
 import pytest
 
 from quotaweb.executors.base import OUT_OF_MEMORY
-from quotaweb.executors.cgroups import cgroup_problem, hierarchy
+from quotaweb.executors.cgroups import Limits, cgroup_problem, hierarchy
 from quotaweb.executors.limits import cgroup_name
-from quotaweb.executors.local import run_directory
+from quotaweb.executors.local import run_directory, sweep_ended_groups
 from quotaweb.executors.sandbox import isolation_problem
 from quotaweb.executors.supervisor import Supervisor, get_supervisor
 from quotaweb.models import Attempt, CapacityUnit, ExecutorHost
@@ -218,3 +219,32 @@ def test_without_cgroups_commands_are_refused_and_the_capacity_page_says_why(
                f"{empty}" in text
     finally:
         running_supervisor.stop()
+
+
+def test_a_restarted_executor_sweeps_empty_groups_of_ended_attempts_only(
+    work: Path, supervisor: Supervisor,
+) -> None:
+    """What an executor killed outright leaves behind: empty groups of attempts that ended
+    meanwhile go; a running attempt's group, and an ended one whose processes still run
+    (its grace, under another supervisor), stay."""
+    share = limited_share(capacity=2)
+    ended_job = submit(share, "true", name="ended")
+    wait_for(lambda: ended(ended_job), "the first job to end")
+    alive = submit(share, "echo started; sleep 60", name="alive")
+    wait_for(lambda: running(alive) and lines(only_attempt(alive)) == ["started"], "it to run")
+    groups = hierarchy()
+    limits = Limits(64 << 20, 1.0, 16)
+    left = groups.create(cgroup_name(ended_job.pk, 1, 0), limits)
+    busy = groups.create(cgroup_name(ended_job.pk, 1, 1), limits)
+    holder = subprocess.Popen(busy.enter_argv(["/bin/sleep", "60"]))
+    try:
+        wait_for(lambda: busy.pids(), "the holder in its group", drive=False)
+        assert sweep_ended_groups() == 1
+        assert not left.directories["memory"].exists()
+        assert busy.pids() == [holder.pid], "a group with processes is its owner's"
+        assert group_of(only_attempt(alive)).pids(), "a running attempt's group stays"
+    finally:
+        holder.kill()
+        holder.wait()
+        busy.remove()
+    terminate_job(alive, "done")
