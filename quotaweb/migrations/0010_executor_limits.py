@@ -6,10 +6,10 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
 
-    # Named and numbered as the lead asked; after 0013_slurm, the migration main had when
-    # this branch was rebased, so that the chain has one leaf (the lead re-chains).
+    # Named as the lead asked; after 0010_log_chunks, main's leaf when this branch was
+    # rebased, so that the chain has one leaf (the lead re-chains).
     dependencies = [
-        ("quotaweb", "0013_slurm"),
+        ("quotaweb", "0010_log_chunks"),
     ]
 
     operations = [
