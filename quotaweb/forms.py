@@ -18,7 +18,8 @@ SHARE_FORM_FIELDS = ["name", "sharing_strategy", "borrow_limit", "in_share_preem
                      "max_submissions_per_minute", "fair_share_weight", "min_runtime_seconds",
                      "members"]
 UNIT_FORM_FIELDS = ["name", "max_capacity", "warm_pool_limit", "cold_start_seconds",
-                    "warm_start_seconds", "fair_sharing"]
+                    "warm_start_seconds", "fair_sharing", "memory_mib_per_instance",
+                    "cpus_per_instance", "run_dir_mib_per_instance"]
 # Opt-in fields (docs/semantics.md 5.4, 5.8): a new share names them only when they are set.
 OPT_IN_DEFAULTS = {"fair_share_weight": 1, "min_runtime_seconds": 0, "fair_sharing": False}
 
@@ -137,10 +138,17 @@ class CapacityUnitAdminForm(forms.ModelForm):
         model = CapacityUnit
         fields = UNIT_FORM_FIELDS
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Left empty, a new unit's resource limits take their defaults.
+        for name in configuration.PER_INSTANCE_LIMITS & set(self.fields):
+            self.fields[name].required = False
+
     def unit_changes(self) -> dict[str, Any]:
         adding = self.instance.pk is None
         return {name: self.cleaned_data[name] for name in UNIT_FORM_FIELDS
                 if name in self.fields and name in self.cleaned_data
+                and self.cleaned_data[name] is not None
                 and (adding or name in self.changed_data)}
 
     def clean(self) -> dict[str, Any]:

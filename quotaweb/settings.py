@@ -215,6 +215,10 @@ QUOTAWEB = {
     "JOB_USER": env.string("QUOTAWEB_JOB_USER", "quotaweb-job"),
     # "none": a job has only its own loopback; "host": the host's network.
     "JOB_NETWORK": env.choice("QUOTAWEB_JOB_NETWORK", ("none", "host"), "none"),
+    # Resource limits of local commands (docs/executors.md, Resource limits): where the
+    # cgroup file system is, and the processes a command may have per instance it holds.
+    "CGROUP_ROOT": env.string("QUOTAWEB_CGROUP_ROOT", "/sys/fs/cgroup"),
+    "JOB_PIDS_PER_INSTANCE": env.integer("QUOTAWEB_JOB_PIDS_PER_INSTANCE", 1024, low=8),
     # Bytes stored per attempt (row overhead counted) and lines; past either, the log
     # says so and the rest is dropped (docs/executors.md, Logs).
     "LOG_LIMIT_BYTES": env.integer("QUOTAWEB_LOG_LIMIT_BYTES", 64 * 1024 * 1024, low=1024),

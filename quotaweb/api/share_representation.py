@@ -24,6 +24,9 @@ def unit_dict(unit: CapacityUnit) -> dict[str, Any]:
         "cold_start_seconds": unit.cold_start_seconds,
         "warm_start_seconds": unit.warm_start_seconds,
         "fair_sharing": unit.fair_sharing,
+        "memory_mib_per_instance": unit.memory_mib_per_instance,
+        "cpus_per_instance": unit.cpus_per_instance,
+        "run_dir_mib_per_instance": unit.run_dir_mib_per_instance,
     }
 
 

@@ -11,9 +11,10 @@ Who owns what:
 - **Launch.**  Every cycle lists the attempts of a launched kind that are STARTING, due
   (`running_at <= now`) and not yet claimed (`Attempt.pid` is null) in its report's
   `to_launch`; the launcher (in-process, or the Celery `start_attempt` task on the host's
-  queue) calls `executor_for(kind).start(attempt_id)` for each.  `start` claims the
-  attempt with a compare-and-swap on its own columns (it sets `pid`, `host`, `log_path`),
-  so that an attempt listed twice, or by two launchers, starts once.
+  queue) calls `backends.start(attempt_id)`, that is `executor_for(job.executor).start`,
+  for each.  `start` claims the attempt with a compare-and-swap on its own columns (it
+  sets `pid`, `host`, `log_path`), so that an attempt listed twice, or by two launchers,
+  starts once.
 - **Stop.**  A preemption or a terminate ends the attempt in the database first (outcome,
   `stop_requested_at`, `kill_at`), in the transaction that moves the job.  After that
   commits, `stop(attempt_id, grace_seconds)` is called once as a nudge.  It can be lost
@@ -22,10 +23,11 @@ Who owns what:
   them by `kill_at`.
 - **Reports.**  Every cycle calls `poll(now)` on every registered executor, in the
   cycle's transaction and under the event lock, before the snapshot is read, and applies
-  what it returns with `apply_report` (quotaweb.executors.reports): RUNNING marks the
-  attempt started; ENDED ends it through the single compare-and-swap,
-  `quotaweb.scheduling.attempts.finish_attempt`, and is ignored when someone else ended
-  it first (an executor that finds the outcome set only records the exit code).  A backend
+  what it yields with `apply_report` (quotaweb.executors.reports), each report before the
+  next is asked for (so a later one may build on an earlier): RUNNING marks the attempt
+  started; ENDED ends it through the single compare-and-swap,
+  `quotaweb.scheduling.attempts.finish_attempt`, and is ignored when someone else ended it
+  first (an executor that finds the outcome set only records the exit code).  A backend
   whose processes are watched elsewhere (the local supervisor, in the process that
   started them) may report those ends itself through the same finish_attempt, and return
   only what the central cycle can see (lost heartbeats, claims never taken).

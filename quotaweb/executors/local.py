@@ -41,10 +41,13 @@ from scheduler.lifecycle import Failure, Outcome
 
 from ..models import Attempt
 from . import registry
+from .base import OUT_OF_MEMORY
+from .cgroups import CgroupsUnavailable, Hierarchy, cgroup_problem, hierarchy
 from .instances import Rank, Role
+from .limits import Confinement, cgroup_name, command_limits, parse_cgroup_name
 from .logs import LogTail
 from .paths import attempt_cache_directory, attempt_log_path, work_dir
-from .sandbox import SANDBOX_UMASK, Sandbox, launcher_environment
+from .sandbox import SANDBOX_UMASK, Sandbox, isolation_problem, launcher_environment
 
 log = logging.getLogger(__name__)
 
@@ -141,6 +144,8 @@ class LocalProcess:
     stop: Stop | None = None
     exit_code: int | None = None
     platform_failure: str | None = None  # set when the executor, not the job, failed it
+    confinement: Confinement | None = None  # its cgroup and run-directory mount
+    out_of_memory: bool = False
 
     @property
     def pid(self) -> int:
@@ -190,7 +195,15 @@ class LocalProcess:
         self.signal_group(signal.SIGKILL)
         code = self.popen.wait()
         self.exit_code = code if code >= 0 else 128 - code
+        if self.confinement is not None:
+            self.out_of_memory = self.confinement.out_of_memory()
         return self.exit_code
+
+    def release(self) -> None:
+        """Remove its cgroup (once it has been reaped)."""
+        if self.confinement is not None:
+            self.confinement.release()
+            self.confinement = None
 
     def ending(self) -> tuple[Outcome, Failure | None, str | None]:
         """How the attempt ends, by why the command ended."""
@@ -198,6 +211,10 @@ class LocalProcess:
             return Outcome.FAILED, Failure.PLATFORM_ERROR, self.platform_failure
         if self.stop is not None and self.stop.max_runtime:
             return Outcome.FAILED, Failure.ALGORITHM_ERROR, "MAX_RUNTIME_EXCEEDED"
+        if self.out_of_memory and self.exit_code != 0:
+            # The kernel killed a process of the command at its memory limit: the job's
+            # own doing, as SageMaker says it.
+            return Outcome.FAILED, Failure.ALGORITHM_ERROR, OUT_OF_MEMORY
         if self.exit_code == 0:
             return Outcome.SUCCEEDED, None, None
         return Outcome.FAILED, Failure.ALGORITHM_ERROR, f"Exit code {self.exit_code}"
@@ -228,10 +245,58 @@ def sandboxed_members(group: int) -> list[int]:
     return members
 
 
-def spawn(attempt: Attempt, sandbox: Sandbox, role: Role | None = None) -> LocalProcess:
-    """Start the attempt's command in the sandbox (the attempt is loaded with its job and
-    warm pool), or this host's rank of it.  Its output goes to a log file that only the
-    executor can see."""
+def release_leftover(attempt: Attempt, rank: int) -> None:
+    """Remove the cgroup a dead executor left for this attempt's rank (what is still
+    running in it is killed)."""
+    try:
+        groups = hierarchy()
+    except CgroupsUnavailable:
+        return
+    group = groups.existing(cgroup_name(attempt.job_id, attempt.number, rank))
+    with contextlib.suppress(OSError):
+        Confinement(group).release()
+
+
+def sweep_ended_groups() -> int:
+    """Remove this installation's empty cgroups whose attempts have ended, wherever they
+    ran: an executor killed outright (or whose host name changed) never released them.
+    A group of an ended attempt never gets a process again, so this cannot race a start;
+    one that still has processes (an attempt in its grace period, under another live
+    supervisor) is left to its owner.  Returns how many were removed."""
+    try:
+        groups = hierarchy()
+    except CgroupsUnavailable:
+        return 0
+    parent = next(iter(groups.parents.values()))
+    found = {}
+    with contextlib.suppress(OSError):
+        for entry in parent.iterdir():
+            parsed = parse_cgroup_name(entry.name) if entry.is_dir() else None
+            if parsed is not None:
+                found[entry.name] = parsed
+    if not found:
+        return 0
+    ended = set(Attempt.objects.filter(
+        job_id__in={job for job, _, _ in found.values()}, outcome__isnull=False,
+    ).values_list("job_id", "number"))
+    removed = 0
+    for name, (job_id, number, _rank) in found.items():
+        if (job_id, number) in ended and groups.existing(name).remove_if_empty():
+            removed += 1
+    return removed
+
+
+def host_problem() -> str | None:
+    """None when this host can run commands (sandboxed and limited), else why not."""
+    return isolation_problem() or cgroup_problem()
+
+
+def spawn(attempt: Attempt, sandbox: Sandbox, hierarchy: Hierarchy,
+          role: Role | None = None) -> LocalProcess:
+    """Start the attempt's command in the sandbox and in a cgroup of its own, with a
+    size-limited run directory (quotaweb.executors.limits; the attempt is loaded with its
+    job and warm pool), or this host's rank of it.  Its output goes to a log file that
+    only the executor can see."""
     job = attempt.job
     index = role.index if role is not None else 0
     log_path = (Path(attempt.log_path) if attempt.log_path and not index
@@ -242,23 +307,34 @@ def spawn(attempt: Attempt, sandbox: Sandbox, role: Role | None = None) -> Local
     for parent in {cwd.parent.parent, *([cache_directory.parent] if cache_directory else [])}:
         private_directory(parent)
     sandbox.prepare([cwd, cache_directory])
-    environment = job_environment(attempt, cache_directory, role, sandbox.user.name)
-    launch = sandbox.launch(job.command, run_dir=cwd, cache_dir=cache_directory,
-                            devices=role.rank.devices if role else (),
-                            hostname=registry.machine(), environment=environment)
-    # Append mode: the supervisor may empty the file once the log limit is reached, and
-    # the command's writes then start again at its beginning.
-    with log_path.open("ab") as output, contextlib.closing(launch):
-        popen = subprocess.Popen(
-            launch.argv, stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT,
-            cwd=cwd, env=launcher_environment(QUOTAWEB_JOB_ID=environment["QUOTAWEB_JOB_ID"],
-                                              QUOTAWEB_ATTEMPT=environment["QUOTAWEB_ATTEMPT"]),
-            start_new_session=True, close_fds=True, umask=SANDBOX_UMASK,
-            pass_fds=launch.pass_fds,
-        )
+    instances = role.rank.instances if role is not None else tuple(attempt.instances or ())
+    limits = command_limits(job.instance_type, len(instances))
+    confinement = Confinement(hierarchy.create(cgroup_name(job.pk, attempt.number, index),
+                                               limits.limits))
+    try:
+        environment = job_environment(attempt, cache_directory, role, sandbox.user.name)
+        launch = sandbox.launch(job.command, run_dir=cwd, cache_dir=cache_directory,
+                                devices=role.rank.devices if role else (),
+                                hostname=registry.machine(), environment=environment,
+                                run_dir_size=limits.run_directory_bytes)
+        # Append mode: the supervisor may empty the file once the log limit is reached,
+        # and the command's writes then start again at its beginning.
+        with log_path.open("ab") as output, contextlib.closing(launch):
+            popen = subprocess.Popen(
+                # The launcher enters the cgroup, then execs bwrap: nothing forks outside.
+                confinement.enter_argv(launch.argv), stdin=subprocess.DEVNULL,
+                stdout=output, stderr=subprocess.STDOUT, cwd=cwd,
+                env=launcher_environment(QUOTAWEB_JOB_ID=environment["QUOTAWEB_JOB_ID"],
+                                         QUOTAWEB_ATTEMPT=environment["QUOTAWEB_ATTEMPT"]),
+                start_new_session=True, close_fds=True, umask=SANDBOX_UMASK,
+                pass_fds=launch.pass_fds,
+            )
+    except BaseException:
+        confinement.release()
+        raise
     return LocalProcess(attempt.pk, popen, LogTail(log_path, rank=index),
                         job.max_runtime_seconds, cache_directory, rank=index, run_dir=cwd,
-                        world_size=role.world_size if role else 1)
+                        world_size=role.world_size if role else 1, confinement=confinement)
 
 
 def private_directory(path: Path) -> None:

@@ -30,11 +30,12 @@ from ..scheduling import events
 from ..scheduling.attempts import AttemptAlreadyEnded, finish_attempt, mark_running
 from . import ranks, registry
 from .base import AttemptReport, Availability, LogChunk
+from .cgroups import CgroupsUnavailable, Hierarchy, hierarchy
 from .instances import Rank, Role
-from .local import CLAIMED, UNDECLARED, spawn
+from .local import CLAIMED, UNDECLARED, host_problem, spawn
 from .paths import attempt_log_path
 from .reports import stored_logs
-from .sandbox import IsolationUnavailable, Sandbox, isolation, isolation_problem
+from .sandbox import IsolationUnavailable, Sandbox, isolation
 from .supervisor import Supervisor, get_supervisor
 
 log = logging.getLogger(__name__)
@@ -49,8 +50,9 @@ class LocalExecutor:
     launched = True
 
     def availability(self) -> Availability:
-        """Whether this process can isolate commands (quotaweb.executors.sandbox)."""
-        problem = isolation_problem()
+        """Whether this process can isolate commands (quotaweb.executors.sandbox) and
+        limit their resources (quotaweb.executors.cgroups)."""
+        problem = host_problem()
         return Availability.ok() if problem is None else Availability.not_here(problem)
 
     def start(self, attempt_id: int) -> bool:
@@ -104,13 +106,14 @@ def _unclaimed(now: datetime) -> Iterator[AttemptReport]:
                              f"{registry.why_unclaimed(attempt, now)}")
 
 
-def start_rank(attempt_id: int, role: Role, sandbox: Sandbox, supervisor: Supervisor) -> bool:
+def start_rank(attempt_id: int, role: Role, sandbox: Sandbox, groups: Hierarchy,
+               supervisor: Supervisor) -> bool:
     """Claim and start this host's rank (1 and up) of a multi-host attempt."""
     attempt = ranks.claim_rank(attempt_id, role, supervisor.host_name)
     if attempt is None:
         return False
     try:
-        process = spawn(attempt, sandbox, role)
+        process = spawn(attempt, sandbox, groups, role)
     except (OSError, ValueError) as error:
         ranks.fail(attempt, f"Rank {role.index} could not start its command: {error}",
                    Failure.PLATFORM_ERROR)
@@ -133,19 +136,21 @@ def start_attempt(attempt_id: int) -> bool:
     supervisor.start()  # reconciles this host's attempts before any new one starts
     try:
         sandbox = isolation()
-    except IsolationUnavailable as error:
+        groups = hierarchy()
+    except (IsolationUnavailable, CgroupsUnavailable) as error:
+        # Never run unisolated nor unlimited: the claim timeout fails it with the reason.
         _refuse_once(attempt_id, str(error))
         return False
     role = _our_role(attempt_id)
     if role is None:
         return False
     if role.index > 0:
-        return start_rank(attempt_id, role, sandbox, supervisor)
+        return start_rank(attempt_id, role, sandbox, groups, supervisor)
     attempt = _claim(attempt_id, supervisor.host_name, role.world_size)
     if attempt is None:
         return False
     try:
-        process = spawn(attempt, sandbox, role)
+        process = spawn(attempt, sandbox, groups, role)
     except (OSError, ValueError) as error:
         _fail_to_start(attempt, f"Could not start the command: {error}")
         return False

@@ -130,9 +130,16 @@ class Sandbox:
 
     def launch(self, command: str, *, run_dir: Path, cache_dir: Path | None,
                devices: Sequence[str] = (), hostname: str = "job",
-               environment: Mapping[str, str] | None = None) -> Launch:
+               environment: Mapping[str, str] | None = None,
+               run_dir_size: int | None = None) -> Launch:
         """How to run `command` with `sh` in the sandbox, in `run_dir`, seeing `cache_dir`
         (read-write) and the GPU devices named, with `environment` and nothing else.
+
+        With `run_dir_size` (bytes), the run directory is a fresh tmpfs of that size in
+        the sandbox's own mount namespace rather than the host's directory: writing past
+        it fails with ENOSPC, its pages count toward the command's memory cgroup, and it
+        goes with the sandbox, so no mount outlives the command even if the executor dies.
+        It is world-writable with the sticky bit: only the job user lives in there.
 
         bwrap and setpriv run as root, so nothing the job controls may reach them: a job's
         LD_PRELOAD naming a library it left in its cache directory would otherwise run as
@@ -153,7 +160,11 @@ class Sandbox:
         bound = [directory for directory in (run_dir, cache_dir) if directory is not None]
         args += _traversable_parents(bound)
         for directory in bound:
-            args += ["--bind", str(directory), str(directory)]
+            if directory == run_dir and run_dir_size is not None:
+                args += ["--perms", "01777", "--size", str(run_dir_size),
+                         "--tmpfs", str(directory)]
+            else:
+                args += ["--bind", str(directory), str(directory)]
         script = _launch_script(environment or {})
         args += ["--perms", "0755", "--dir", str(LAUNCH_SCRIPT.parent)]
         for path, content in ((LAUNCH_SCRIPT, script), (COMMAND_FILE, command)):

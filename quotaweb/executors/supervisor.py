@@ -49,7 +49,14 @@ from ..models.warm_pools import PoolStatus
 from ..scheduling import events
 from ..scheduling.attempts import AttemptAlreadyEnded, finish_attempt
 from . import ranks, registry
-from .local import LocalProcess, live_group, run_directory
+from .local import (
+    LocalProcess,
+    host_problem,
+    live_group,
+    release_leftover,
+    run_directory,
+    sweep_ended_groups,
+)
 from .paths import (
     attempt_cache_directory,
     attempt_log_path,
@@ -57,7 +64,6 @@ from .paths import (
     remove_job_directories,
     work_dir,
 )
-from .sandbox import isolation_problem
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +145,7 @@ class Supervisor:
                 return
             self._identity = self._identity or claim_identity(work_dir())
             try:
-                registry.register_host(timezone.now(), isolation_problem())
+                registry.register_host(timezone.now(), host_problem())
                 reconcile(self._identity.name)
             except Exception:
                 self._identity.release()
@@ -302,7 +308,8 @@ def _settle(process: LocalProcess) -> None:
         attempt = Attempt.objects.select_related("job__quota_share", "warm_pool").filter(
             pk=process.attempt_id
         ).first()
-        if attempt is None:  # gone with its job: only its files are left to remove
+        if attempt is None:  # gone with its job: only its group and files are left
+            process.release()
             remove_attempt_files(process.run_dir, process.log.path)
             return
         if process.world_size > 1:
@@ -315,6 +322,7 @@ def _settle(process: LocalProcess) -> None:
         if process.rank == 0:
             Attempt.objects.filter(pk=attempt.pk, exit_code__isnull=True).update(
                 exit_code=process.exit_code)
+    process.release()
     discard_unused_cache(process.cache_directory)
     # Its last lines were shipped (_ship_rest): the files can go.
     remove_attempt_files(process.run_dir, process.log.path)
@@ -357,13 +365,15 @@ def reconcile(host: str) -> list[int]:
     rank_orphans = ranks.orphans(host)
     kill_leftovers([*orphans, *stopped, *(rank.attempt for rank in rank_orphans)],
                    pids={rank.attempt_id: rank.pid for rank in rank_orphans if rank.pid})
-    # Their processes are gone: so are their files (what the log held past its last
-    # shipped line is lost with the process that followed it).
+    # Their processes are gone: so are their cgroups and files (what the log held past
+    # its last shipped line is lost with the process that followed it).
     left = [(attempt, 0) for attempt in [*orphans, *stopped]]
     for attempt, index in [*left, *((rank.attempt, rank.rank) for rank in rank_orphans)]:
+        release_leftover(attempt, index)
         log_file = Path(attempt.log_path) if attempt.log_path and not index else None
         remove_attempt_files(run_directory(attempt, index),
                              log_file or attempt_log_path(attempt, index))
+    sweep_ended_groups()
     failed = []
     for attempt in [*orphans, *(rank.attempt for rank in rank_orphans)]:
         with transaction.atomic():

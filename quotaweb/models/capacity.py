@@ -16,6 +16,14 @@ class CapacityUnit(models.Model):
     warm_start_seconds = models.PositiveIntegerField(default=5)
     fair_sharing = models.BooleanField(
         default=False, help_text="Borrowers take this unit's idle capacity by weight.")
+    # What one instance gives a command of the local executor (docs/executors.md,
+    # Resource limits): a command's limits are these times its instances on the host.
+    memory_mib_per_instance = models.PositiveIntegerField(
+        default=4096, help_text="Memory (MiB) a command may use per instance it holds.")
+    cpus_per_instance = models.PositiveIntegerField(
+        default=1, help_text="CPUs a command may use per instance it holds.")
+    run_dir_mib_per_instance = models.PositiveIntegerField(
+        default=1024, help_text="Size (MiB) of a command's run directory per instance.")
 
     class Meta:
         ordering = ["name"]

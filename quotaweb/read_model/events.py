@@ -54,6 +54,9 @@ LABELS = {  # in the order the sentences come (after the limits; other fields by
     "cold_start_seconds": "cold start", "warm_start_seconds": "warm start",
     "fair_share_weight": "fair-share weight", "min_runtime_seconds": "minimum runtime",
     "fair_sharing": "fair sharing",
+    "memory_mib_per_instance": "memory per instance (MiB)",
+    "cpus_per_instance": "CPUs per instance",
+    "run_dir_mib_per_instance": "run directory per instance (MiB)",
 }
 SECONDS = frozenset({"max_keep_alive_seconds", "cold_start_seconds", "warm_start_seconds",
                      "min_runtime_seconds"})

@@ -22,7 +22,7 @@ from django.utils import timezone
 from scheduler.decisions import PendingReason
 
 from ..models import Attempt, Job
-from ..models.jobs import ACTIVE_STATUSES, Executor, JobStatus, Outcome
+from ..models.jobs import ACTIVE_STATUSES, JobStatus, Outcome
 from ..models.warm_pools import WarmPoolSegment
 from ..services.billing import segment_billable_seconds
 from ..services.permissions import is_admin
@@ -176,9 +176,9 @@ FIELDS: dict[str, Callable[[Job, View], Any]] = {
     "max_runtime_seconds": _plain("max_runtime_seconds"),
     "min_runtime_seconds": _plain("min_runtime_seconds"),
     "executor": _plain("executor"),
-    # A command is shown only for the local executor, which runs it.
-    "command": lambda job, view: job.command if view.secrets
-    and job.executor == Executor.LOCAL else None,
+    # A command is shown only to those who may see the job's secrets, for whichever
+    # executor runs it (simulated jobs have none).
+    "command": lambda job, view: (job.command or None) if view.secrets else None,
     "environment": _secret("environment"),
     "duration_seconds": _plain("duration_seconds"),
     "client_token": _secret("client_token"),

@@ -20,9 +20,14 @@ from . import values
 from .errors import ConfigurationError, NotFound, Problems
 
 CAPACITY_FIELDS = ("max_capacity", "warm_pool_limit", "cold_start_seconds",
-                   "warm_start_seconds")
+                   "warm_start_seconds", "memory_mib_per_instance", "cpus_per_instance",
+                   "run_dir_mib_per_instance")
 CAPACITY_DEFAULTS = {"warm_pool_limit": 0, "cold_start_seconds": 60, "warm_start_seconds": 5,
-                     "fair_sharing": False}
+                     "fair_sharing": False, "memory_mib_per_instance": 4096,
+                     "cpus_per_instance": 1, "run_dir_mib_per_instance": 1024}
+# What a command gets per instance (docs/executors.md, Resource limits): never nothing.
+PER_INSTANCE_LIMITS = frozenset({"memory_mib_per_instance", "cpus_per_instance",
+                                 "run_dir_mib_per_instance"})
 
 
 def over_capacity_message(unit: str, total: int, capacity: int, *, known: bool = True) -> str:
@@ -87,7 +92,8 @@ def validate_capacity_unit(
         cleaned["name"] = _unit_name(problems, given["name"], unit)
     for field in CAPACITY_FIELDS:
         if field in given:
-            cleaned[field] = values.integer(problems, field, given[field], 0)
+            low = 1 if field in PER_INSTANCE_LIMITS else 0
+            cleaned[field] = values.integer(problems, field, given[field], low)
     if "fair_sharing" in given:  # docs/semantics.md 5.4: this unit's borrowers by weight
         cleaned["fair_sharing"] = values.boolean(problems, "fair_sharing", given["fair_sharing"])
     new_capacity = cleaned.get("max_capacity")
@@ -127,7 +133,8 @@ def validate_unit_removal(unit: CapacityUnit, *, field: str = "name") -> None:
 def validate_capacity(units: object) -> list[dict[str, Any]]:
     """A whole capacity (docs/api.md PUT /capacity): a list of
     {capacity_unit, max_capacity, warm_pool_limit, cold_start_seconds, warm_start_seconds,
-    fair_sharing} with distinct units.  Returns the units as model field values."""
+    fair_sharing, and the per-instance limits} with distinct units.  Returns the units as
+    model field values."""
     if not isinstance(units, list | tuple):
         raise ConfigurationError({"capacity_limits": ["capacity_limits must be a list."]})
     existing = {unit.name: unit for unit in CapacityUnit.objects.all()}

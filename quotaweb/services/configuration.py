@@ -47,6 +47,7 @@ from . import values
 from .capacity import (
     CAPACITY_DEFAULTS,
     CAPACITY_FIELDS,
+    PER_INSTANCE_LIMITS,
     capacities,
     create_capacity_unit,
     delete_capacity_unit,
@@ -393,6 +394,7 @@ def delete_share(share: QuotaShare, *, now: datetime | None = None) -> QuotaShar
 __all__ = [
     "CAPACITY_DEFAULTS",
     "CAPACITY_FIELDS",
+    "PER_INSTANCE_LIMITS",
     "ConfigurationError",
     "capacities",
     "current_limits",

@@ -244,8 +244,16 @@ class CapacityUnitForm(forms.Form):
     warm_start_seconds = forms.IntegerField(initial=5, widget=NUMBER, label="Warm start (s)")
     fair_sharing = forms.BooleanField(required=False, label="Fair sharing",
                                       help_text="Borrowers take idle capacity by weight.")
+    # A command's resource limits per instance (docs/executors.md); empty keeps the value.
+    memory_mib_per_instance = forms.IntegerField(initial=4096, widget=NUMBER, required=False,
+                                                 label="Memory per instance (MiB)")
+    cpus_per_instance = forms.IntegerField(initial=1, widget=NUMBER, required=False,
+                                           label="CPUs per instance")
+    run_dir_mib_per_instance = forms.IntegerField(initial=1024, widget=NUMBER, required=False,
+                                                  label="Run directory per instance (MiB)")
     FIGURES = ("max_capacity", "warm_pool_limit", "cold_start_seconds", "warm_start_seconds",
-               "fair_sharing")
+               "fair_sharing", "memory_mib_per_instance", "cpus_per_instance",
+               "run_dir_mib_per_instance")
 
     def __init__(self, *args: Any, unit: CapacityUnit | None = None, **kwargs: Any) -> None:
         self.unit = unit
@@ -261,10 +269,12 @@ class CapacityUnitForm(forms.Form):
 
     def changes(self) -> dict[str, Any]:
         """The figures that differ from the unit's (all of them, with the name, when adding)."""
+        given = {field: value for field, value in self.cleaned_data.items()
+                 if value is not None}
         if self.unit is None:
-            return dict(self.cleaned_data)
-        return {field: self.cleaned_data[field] for field in self.FIGURES
-                if self.cleaned_data[field] != getattr(self.unit, field)}
+            return given
+        return {field: given[field] for field in self.FIGURES
+                if field in given and given[field] != getattr(self.unit, field)}
 
 
 class PriorityForm(forms.Form):

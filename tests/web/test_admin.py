@@ -227,7 +227,8 @@ def test_capacity_units_are_added_and_changed_through_the_service(
     assert [e.details for e in Event.objects.order_by("id")] == [
         {"capacity_unit": "ml.p4d.24xlarge", "before": None, "after": {
             "max_capacity": 2, "warm_pool_limit": 1, "cold_start_seconds": 30,
-            "warm_start_seconds": 2}},
+            "warm_start_seconds": 2, "memory_mib_per_instance": 4096, "cpus_per_instance": 1,
+            "run_dir_mib_per_instance": 1024}},
         {"capacity_unit": UNIT, "before": {"max_capacity": 3, "warm_pool_limit": 0},
          "after": {"max_capacity": 5, "warm_pool_limit": 2}}]
 

@@ -36,25 +36,32 @@ def new_share(**overrides: Any) -> dict[str, Any]:
 # Capacity -----------------------------------------------------------------------------
 
 
+# A command's resource limits per instance, by default (docs/executors.md).
+LIMIT_DEFAULTS = {"memory_mib_per_instance": 4096, "cpus_per_instance": 1,
+                  "run_dir_mib_per_instance": 1024}
+
+
 def test_get_capacity(api: ApiFor) -> None:
     assert api("other").get("/api/v1/capacity") == (200, {"capacity_limits": [
         {"capacity_unit": UNIT, "max_capacity": 4, "warm_pool_limit": 2,
          "cold_start_seconds": 60, "warm_start_seconds": 5,
-         "fair_sharing": False}]})
+         "fair_sharing": False, **LIMIT_DEFAULTS}]})
 
 
 def test_put_capacity_replaces_it_and_answers_the_new_capacity(api: ApiFor) -> None:
     status, body = api("admin").put("/api/v1/capacity", {"capacity_limits": [
-        unit(max_capacity=6, warm_pool_limit=1, cold_start_seconds=30),
+        unit(max_capacity=6, warm_pool_limit=1, cold_start_seconds=30,
+             memory_mib_per_instance=16384, cpus_per_instance=4),
         unit(OTHER_UNIT, 2)]})
     assert status == 200, body
     assert body == {"capacity_limits": [
         {"capacity_unit": UNIT, "max_capacity": 6, "warm_pool_limit": 1,
          "cold_start_seconds": 30, "warm_start_seconds": 5,
-         "fair_sharing": False},
+         "fair_sharing": False, "memory_mib_per_instance": 16384,
+         "cpus_per_instance": 4, "run_dir_mib_per_instance": 1024},
         {"capacity_unit": OTHER_UNIT, "max_capacity": 2, "warm_pool_limit": 0,
          "cold_start_seconds": 60, "warm_start_seconds": 5,
-         "fair_sharing": False}]}
+         "fair_sharing": False, **LIMIT_DEFAULTS}]}
     assert sorted(e.details["capacity_unit"] for e in Event.objects.filter(
         type="CAPACITY_UPDATED")) == [UNIT, OTHER_UNIT]
     status, body = api("admin").put("/api/v1/capacity", {"capacity_limits": [unit()]})
@@ -66,6 +73,7 @@ def test_put_capacity_replaces_it_and_answers_the_new_capacity(api: ApiFor) -> N
     ([unit(OTHER_UNIT, 9)], "lower the limits first"),  # removes a unit shares limit
     ([unit(), unit()], "listed twice"),
     ([unit(max_capacity=-1)], "at least 0"),
+    ([unit(memory_mib_per_instance=0)], "at least 1"),  # a command gets some memory
 ])
 def test_a_capacity_that_breaks_the_limits_or_the_rules_is_422(
         api: ApiFor, units: list[dict[str, Any]], problem: str) -> None:

@@ -113,11 +113,13 @@ def test_a_command_cannot_read_another_jobs_cache_or_run_directory(
     pool = WarmPool.objects.get(owner=first)
     cache = Path(pool.cache_directory)
     assert (cache / "secret").read_text().strip() == SECRET
-    # A run directory exists while its attempt runs (it is removed when it ends).
-    running = submit(share, f'echo {SECRET} > "$HOME/secret"; sleep 600', name="c",
-                     role="a-third-role")
+    # A running job's HOME holds a secret: a tmpfs in its own sandbox, never on the host
+    # (docs/executors.md, Resource limits), whose run directory stays empty.
+    running = submit(share, f'echo {SECRET} > "$HOME/secret" && echo written; sleep 600',
+                     name="c", role="a-third-role")
     run_dir = data_dir / "work" / "runs" / f"job-{running.pk}"
-    wait_for(lambda: (run_dir / "attempt-1" / "secret").exists(), "the run directory's secret")
+    wait_for(lambda: lines(only_attempt(running)) == ["written"], "the run directory's secret")
+    assert not (run_dir / "attempt-1" / "secret").exists()
     # Another job (one that does not match the pool, so it does not reuse it) tries both.
     second = submit(share, f'cat {cache}/secret || echo no-cache; '
                            f'cat {run_dir}/attempt-1/secret || echo no-run; '

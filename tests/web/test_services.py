@@ -312,6 +312,12 @@ def test_lowering_capacity_below_the_limits_is_refused_the_same_way(
     assert events() == []
 
 
+# A unit's resource limits per instance, by default: recorded with the unit as it comes
+# and goes (docs/executors.md, Resource limits).
+LIMIT_DEFAULTS = {"memory_mib_per_instance": 4096, "cpus_per_instance": 1,
+                  "run_dir_mib_per_instance": 1024}
+
+
 def test_capacity_changes_write_capacity_updated(walkthrough_config: Any) -> None:
     configuration.update_capacity_unit(UNIT, max_capacity=5, warm_pool_limit=2)
     configuration.create_capacity_unit(name=OTHER_UNIT, max_capacity=8)
@@ -324,11 +330,11 @@ def test_capacity_changes_write_capacity_updated(walkthrough_config: Any) -> Non
         ("CAPACITY_UPDATED", None, None, {
             "capacity_unit": OTHER_UNIT, "before": None,
             "after": {"cold_start_seconds": 60, "max_capacity": 8, "warm_pool_limit": 0,
-                      "warm_start_seconds": 5}})]
+                      "warm_start_seconds": 5, **LIMIT_DEFAULTS}})]
     configuration.delete_capacity_unit(OTHER_UNIT)
     assert events()[-1][3] == {"capacity_unit": OTHER_UNIT, "before": {
         "cold_start_seconds": 60, "max_capacity": 8, "warm_pool_limit": 0,
-        "warm_start_seconds": 5}, "after": None}
+        "warm_start_seconds": 5, **LIMIT_DEFAULTS}, "after": None}
 
 
 @pytest.mark.parametrize(("changes", "field"), [
@@ -336,6 +342,8 @@ def test_capacity_changes_write_capacity_updated(walkthrough_config: Any) -> Non
     ({"warm_pool_limit": "2"}, "warm_pool_limit"),
     ({"cold_start_seconds": -5}, "cold_start_seconds"),
     ({"warm_start_seconds": 2**31}, "warm_start_seconds"),
+    ({"cpus_per_instance": 0}, "cpus_per_instance"),
+    ({"run_dir_mib_per_instance": -1}, "run_dir_mib_per_instance"),
     ({"name": "ml.other"}, "name"),
     ({"colour": 1}, "colour"),
 ])
@@ -376,10 +384,10 @@ def test_set_capacity_replaces_the_units_and_reports_each_change(
     assert [d for _, _, _, d in events()] == [
         {"capacity_unit": "ml.old", "after": None, "before": {
             "cold_start_seconds": 60, "max_capacity": 2, "warm_pool_limit": 0,
-            "warm_start_seconds": 5}},
+            "warm_start_seconds": 5, **LIMIT_DEFAULTS}},
         {"capacity_unit": OTHER_UNIT, "before": None, "after": {
             "cold_start_seconds": 60, "max_capacity": 2, "warm_pool_limit": 1,
-            "warm_start_seconds": 5}}]
+            "warm_start_seconds": 5, **LIMIT_DEFAULTS}}]
 
 
 @pytest.mark.parametrize(("units", "field"), [

@@ -22,6 +22,7 @@ from .common import RequestBody, UnitName, Username, literal_of
 Strategy = literal_of(EngineStrategy)
 ShareState = literal_of(EngineShareState)
 NATURAL = {"minimum": 0, "maximum": MAX_INT}
+POSITIVE = {"minimum": 1, "maximum": MAX_INT}
 BORROW_LIMIT = {"minimum": -1, "maximum": MAX_BORROW_LIMIT,
                 "description": "LEND_AND_BORROW only: percent of each limit that may be "
                                "borrowed on top; -1 unlimited (the default)."}
@@ -54,6 +55,9 @@ class CapacityUnitIn(RequestBody):
     cold_start_seconds: int = Field(60, json_schema_extra=NATURAL)
     warm_start_seconds: int = Field(5, json_schema_extra=NATURAL)
     fair_sharing: bool = Field(False, description=FAIR_SHARING)
+    memory_mib_per_instance: int = Field(4096, json_schema_extra=POSITIVE)
+    cpus_per_instance: int = Field(1, json_schema_extra=POSITIVE)
+    run_dir_mib_per_instance: int = Field(1024, json_schema_extra=POSITIVE)
 
 
 class CapacityIn(RequestBody):
@@ -69,6 +73,9 @@ class CapacityUnitOut(Schema):
     cold_start_seconds: int
     warm_start_seconds: int
     fair_sharing: bool
+    memory_mib_per_instance: int
+    cpus_per_instance: int
+    run_dir_mib_per_instance: int
 
 
 class CapacityOut(Schema):
