@@ -14,6 +14,7 @@ from django.db.models import Sum
 
 from scheduler import quota
 from scheduler.model import Strategy
+from scheduler.past_usage import fold_samples
 
 from ..models import (
     CapacityLimit,
@@ -88,3 +89,14 @@ def record_changes(now: datetime) -> list[UsageSample]:
     if samples or previous.keys() != current.keys():
         SchedulerState.objects.filter(id=1).update(last_usage=current)
     return UsageSample.objects.bulk_create(samples)
+
+
+def past_borrowed(now: datetime, half_life: float) -> tuple[tuple[str, str, float], ...]:
+    """Each live share's decayed past borrowing per unit at `now` (docs/semantics.md 5.4),
+    folded from the usage samples' borrowed counts exactly as the simulator folds the
+    changes it makes (scheduler.past_usage): (share, unit, mean), means above 0 only."""
+    rows = UsageSample.objects.filter(quota_share__deleted_at__isnull=True).order_by(
+        "time", "id").values_list("quota_share__name", "capacity_unit", "time", "borrowed")
+    samples = ((name, unit, time.timestamp(), borrowed) for name, unit, time, borrowed in rows)
+    means = fold_samples(samples, half_life, now.timestamp())
+    return tuple((share, unit, mean) for (share, unit), mean in sorted(means.items()))
