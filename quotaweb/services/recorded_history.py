@@ -104,6 +104,8 @@ def recorded_history(start: datetime, end: datetime) -> RecordedHistory:
             "warm_pool_max_lifetime_seconds":
                 settings.QUOTAWEB["WARM_POOL_MAX_LIFETIME_SECONDS"],
             **({"fair_sharing": True} if settings.QUOTAWEB.get("FAIR_SHARING") else {}),
+            **({"fair_share_half_life_seconds": half_life} if (
+                half_life := settings.QUOTAWEB.get("FAIR_SHARE_HALF_LIFE_SECONDS", 0)) else {}),
         },
         "capacity": [configuration.units[name] for name in sorted(configuration.units)],
         "quota_shares": [configuration.shares[name] for name in sorted(configuration.shares)],
