@@ -14,7 +14,15 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from quotaweb.models import CapacityLimit, CapacityUnit, Event, Job, QuotaShare, WarmPool
+from quotaweb.models import (
+    CapacityLimit,
+    CapacityUnit,
+    Event,
+    Job,
+    QuotaShare,
+    UsageSample,
+    WarmPool,
+)
 from quotaweb.scheduling.tick import run_cycle
 from quotaweb.services.jobs import submit_job
 
@@ -233,6 +241,23 @@ def test_the_share_page_shows_and_changes_weight_and_minimum_runtime(
     html = client_for(member).get("/shares/QS1").content.decode()
     assert f"weight 3 · on for {UNIT}" in html
     assert "120 s: a running job is not preempted in the share before it has run" in html
+    assert "half-life" not in html
+
+
+def test_the_share_page_shows_past_borrowing_with_a_half_life(
+    walkthrough_config: Any, member: Any, client_for: ClientFor, settings: Any
+) -> None:
+    """docs/semantics.md 5.4: with a half-life, the share page gives it and the share's
+    decayed past borrowing on each unit where fair sharing is on (1 instance borrowed for
+    one half-life, from none: 0.5)."""
+    settings.QUOTAWEB = {**settings.QUOTAWEB, "FAIR_SHARE_HALF_LIFE_SECONDS": 3600}
+    CapacityUnit.objects.filter(name=UNIT).update(fair_sharing=True)
+    UsageSample.objects.create(time=timezone.now() - timedelta(hours=1),
+                               quota_share=walkthrough_config.qs1, capacity_unit=UNIT,
+                               limit=1, in_use=2, own=1, borrowed=1, lent=0, warm=0, queued=0)
+    html = client_for(member).get("/shares/QS1").content.decode()
+    assert "counting past borrowing with a half-life of 3600 s" in html
+    assert f"(past borrowing: {UNIT} 0.5)" in html
 
 
 def test_the_share_page_lists_jobs_by_status_with_position_and_pending_reason(

@@ -127,7 +127,8 @@ def test_the_form_sends_what_was_edited_and_every_value_of_a_held_row(
     assert held.status_code == 200 and edited.status_code == 200
     qs3 = next(share for share in today["quota_shares"] if share["name"] == "QS3")
     assert sent == [
-        {"capacity": [], "quota_shares": [], "fair_sharing": None, "fair_share_half_life_seconds": None},
+        {"capacity": [], "quota_shares": [], "fair_sharing": None,
+         "fair_share_half_life_seconds": None},
         {"capacity": [{**unit, "fair_sharing": False} for unit in today["capacity"]],
          "quota_shares": [{
              "name": "QS3", "capacity_limits": qs3["capacity_limits"],
