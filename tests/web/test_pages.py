@@ -337,6 +337,29 @@ def test_submitting_redirects_to_the_new_jobs_page(
     assert again["Location"] == f"/jobs/{job.pk}" and Job.objects.count() == 1
 
 
+def test_the_submit_form_sets_a_job_s_minimum_runtime(
+    walkthrough_config: Any, member: Any, client_for: ClientFor
+) -> None:
+    """docs/semantics.md 5.8: the form's minimum runtime reaches the job, up to its share's;
+    left empty, the job has none of its own (its share's applies); above the share's, the
+    field says so and no job is made."""
+    QuotaShare.live.filter(name="QS1").update(min_runtime_seconds=300)
+    client = client_for(member)
+    assert 'name="min_runtime_seconds"' in client.get("/submit").content.decode()
+    client.post("/submit", _submission(name="with_minimum", min_runtime_seconds="120",
+                                       client_token="tok-a"))
+    client.post("/submit", _submission(name="without_minimum", client_token="tok-b"))
+    assert Job.objects.get(name="with_minimum").min_runtime_seconds == 120
+    assert Job.objects.get(name="without_minimum").min_runtime_seconds is None
+    response = client.post("/submit", _submission(name="too_long", min_runtime_seconds="301",
+                                                  client_token="tok-c"))
+    assert response.status_code == 422
+    block = re.search(r'<label for="id_min_runtime_seconds">.*?</div>',
+                      response.content.decode(), re.S)
+    assert block and "above quota share QS1&#x27;s minimum runtime of 300" in block.group(0)
+    assert not Job.objects.filter(name="too_long").exists()
+
+
 def test_an_invalid_submission_shows_each_problem_on_its_field_and_makes_no_job(
     walkthrough_config: Any, member: Any, client_for: ClientFor
 ) -> None:
