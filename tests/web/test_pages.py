@@ -789,6 +789,34 @@ def test_capacity_shows_the_sum_of_limits_and_refuses_to_go_below_it(
         {"capacity_unit": UNIT, "before": {"max_capacity": 3}, "after": {"max_capacity": 5}}]
 
 
+def test_the_capacity_page_turns_a_unit_s_fair_sharing_on_and_off(
+    walkthrough_config: Any, admin: Any, client_for: ClientFor
+) -> None:
+    """docs/semantics.md 1 and 5.4: the unit's fair-sharing checkbox is shown as it stands,
+    ticking it turns fair sharing on for the unit (CAPACITY_UPDATED names it), and leaving
+    it unticked turns it off again."""
+    client = client_for(admin)
+    unit = walkthrough_config.unit
+    prefix = f"unit-{unit.pk}-"
+    box = rf'<input type="checkbox" name="{prefix}fair_sharing"[^>]*>'
+    shown = re.search(box, client.get("/capacity").content.decode())
+    assert shown and "checked" not in shown.group(0)
+    form = {prefix + "max_capacity": "3", prefix + "warm_pool_limit": "0",
+            prefix + "cold_start_seconds": "60", prefix + "warm_start_seconds": "5"}
+    assert client.post(f"/capacity/units/{unit.pk}",
+                       {**form, prefix + "fair_sharing": "on"}).status_code == 302
+    assert CapacityUnit.objects.get().fair_sharing is True
+    shown = re.search(box, client.get("/capacity").content.decode())
+    assert shown and "checked" in shown.group(0)
+    assert client.post(f"/capacity/units/{unit.pk}", form).status_code == 302
+    assert CapacityUnit.objects.get().fair_sharing is False
+    assert [e.details for e in _events("CAPACITY_UPDATED")] == [
+        {"capacity_unit": UNIT, "before": {"fair_sharing": False},
+         "after": {"fair_sharing": True}},
+        {"capacity_unit": UNIT, "before": {"fair_sharing": True},
+         "after": {"fair_sharing": False}}]
+
+
 def test_adding_a_capacity_unit(admin: Any, client_for: ClientFor) -> None:
     response = client_for(admin).post("/capacity/units", {
         "new-name": "ml.p4d.24xlarge", "new-max_capacity": "2", "new-warm_pool_limit": "0",
