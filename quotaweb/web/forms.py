@@ -84,7 +84,8 @@ class SubmitForm(forms.Form):
     error_aliases = {"client_token": None}
 
     ADVANCED = ("retry_attempts", "preemption_retries_before_termination",
-                "max_runtime_seconds", "min_runtime_seconds", "role", "volume_size_gb", "volume_kms_key_id",
+                "max_runtime_seconds", "min_runtime_seconds", "role", "volume_size_gb",
+                "volume_kms_key_id",
                 "security_group_ids", "subnets", "enable_network_isolation",
                 "enable_inter_container_traffic_encryption", "environment")
 

@@ -21,9 +21,10 @@ from hypothesis import strategies as st
 from scheduler import Policy, Snapshot, schedule
 from scheduler.errors import InconsistentSnapshot
 from scheduler.fair_share import fair_share_standing
+from scheduler.forecast import JobOutlook, Runtime, forecast
 from scheduler.past_usage import PastUsage, PastUsageBook, fold_samples
 from scheduler.simulate import ScenarioError, parse_scenario, run_scenario, simulate
-from tests.engine.builders import G5, NOW, snapshot, unit
+from tests.engine.builders import G5, NOW, queued, running, snapshot, unit
 from tests.engine.test_fair_share import (
     borrowed_after,
     borrowing_scenarios,
@@ -231,3 +232,24 @@ def test_without_a_half_life_the_past_changes_nothing(snap: Snapshot,
 
 def test_policy_default_is_off() -> None:
     assert Policy().fair_share_half_life_seconds == 0
+
+
+# The forecast ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("half_life", "first", "second"), [
+    (0, "a1", "b1"),  # fair sharing alone: a tie at 0 borrowed, the older submission first
+    (HOUR, "b1", "a1"),  # A's past borrowing (2, and its running job's) puts B first
+])
+def test_the_estimate_counts_past_borrowing(half_life: int, first: str, second: str) -> None:
+    snap = snapshot(NOW, [unit(G5, 1)], [weighted("A", 1), weighted("B", 1)], [
+        running("r", share="A", seq=1, started_at=NOW - 50),
+        queued("a1", share="A", seq=2), queued("b1", share="B", seq=3),
+    ])
+    snap = with_past(snap, half_life, {"A": 2.0})
+    outlooks = {"r": JobOutlook(Runtime(150, "simulated 150 s")),
+                "a1": JobOutlook(Runtime(10, "simulated 10 s")),
+                "b1": JobOutlook(Runtime(10, "simulated 10 s"))}
+    estimates = forecast(snap, outlooks)
+    assert estimates[first].start_at == NOW + 100
+    assert estimates[second].start_at == NOW + 170  # after the first's cold start and run
