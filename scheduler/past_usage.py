@@ -48,10 +48,19 @@ class PastUsageBook:
         self.half_life = half_life
         self.entries: dict[Pair, PastUsage] = dict(entries or {})
 
-    def record(self, now: float, borrowed: Mapping[Pair, int]) -> None:
-        """The borrowed counts as they stand at `now` (a pair not named borrows 0)."""
-        for pair in sorted(self.entries.keys() | borrowed.keys()):
+    def record(self, now: float, borrowed: Mapping[Pair, int],
+               pairs: Iterable[Pair] | None = None) -> None:
+        """The borrowed counts as they stand at `now` of `pairs` (None: every pair known or
+        named), a pair not in `borrowed` borrowing 0.  Pairs left out keep their count, as
+        the live system writes no usage sample for a unit its share does not list."""
+        wanted = self.entries.keys() | borrowed.keys() if pairs is None else set(pairs)
+        for pair in sorted(wanted):
             self.record_one(now, pair, borrowed.get(pair, 0))
+
+    def forget(self, share: str) -> None:
+        """Drop a deleted share's past (a new share of its name starts afresh)."""
+        for pair in [pair for pair in self.entries if pair[0] == share]:
+            del self.entries[pair]
 
     def record_one(self, now: float, pair: Pair, borrowed: int) -> None:
         """One pair's borrowed count as it stands at `now`."""

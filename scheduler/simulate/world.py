@@ -406,7 +406,9 @@ class World:
                 taken = available(self.pools[reused]) if reused is not None else None
                 self.apply(dispatched(decision, t, taken), t)
         if self.past is not None:
-            self.past.record(t, self.borrowed_counts())
+            listed = [(name, unit) for name, share in self.shares.items()
+                      for unit in share.units()]
+            self.past.record(t, self.borrowed_counts(), listed)
         return result, state
 
 
