@@ -9,6 +9,8 @@ Run by hand, never by tests:
     python bench/engine.py --simulation-only  # the 15,000-job baseline and the week trace
     python bench/engine.py --rules-on  # the same, with fair sharing on for the fleet, weights
                                        # 1-3 and a minimum runtime of 600 s on every share
+    python bench/engine.py --rules-on --half-life 3600  # and fair sharing's half-life:
+                                       # every share with past borrowing on its units
 
 Prints a markdown table.  "fresh" is the first cycle (every job queued, nothing running);
 "steady" is the next cycle, at the same time, once the first cycle's dispatches are RUNNING
@@ -54,7 +56,7 @@ from scheduler.simulate import run_scenario  # noqa: E402
 
 CYCLE_TARGET_MS = 50.0  # at 15,000 jobs
 # --rules-on (docs/semantics.md 5.4, 5.8): what fair sharing and a minimum runtime cost.
-RULES = {"on": False}
+RULES = {"on": False, "half_life": 0}
 RULES_MIN_RUNTIME_SECONDS = 600
 
 
@@ -62,11 +64,19 @@ def with_rules(snapshot: Snapshot) -> Snapshot:
     """The snapshot with both opt-in rules on when --rules-on is given, else as it is."""
     if not RULES["on"]:
         return snapshot
+    half_life = RULES["half_life"]
+    # With a half-life, every share stands on some past borrowing on each of its units (a
+    # different fraction each), so that every borrowing key adds it in.
+    past = tuple((share.name, unit, (index % 7) * 0.731)
+                 for index, share in enumerate(snapshot.shares) for unit in share.units()
+                 ) if half_life else ()
     return replace(
-        snapshot, policy=replace(snapshot.policy, fair_sharing=True),
+        snapshot, policy=replace(snapshot.policy, fair_sharing=True,
+                                 fair_share_half_life_seconds=half_life),
         shares=tuple(replace(share, fair_share_weight=1 + index % 3,
                              min_runtime_seconds=RULES_MIN_RUNTIME_SECONDS)
-                     for index, share in enumerate(snapshot.shares)))
+                     for index, share in enumerate(snapshot.shares)),
+        past_borrowed=past)
 
 
 def document_with_rules(document: dict[str, Any]) -> dict[str, Any]:
@@ -74,7 +84,9 @@ def document_with_rules(document: dict[str, Any]) -> dict[str, Any]:
     if not RULES["on"]:
         return document
     return {**document,
-            "settings": {**document.get("settings", {}), "fair_sharing": True},
+            "settings": {**document.get("settings", {}), "fair_sharing": True,
+                         **({"fair_share_half_life_seconds": RULES["half_life"]}
+                            if RULES["half_life"] else {})},
             "quota_shares": [{**share, "fair_share_weight": 1 + index % 3,
                               "min_runtime_seconds": RULES_MIN_RUNTIME_SECONDS}
                              for index, share in enumerate(document["quota_shares"])]}
@@ -333,8 +345,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rules-on", action="store_true",
                         help="fair sharing on for the fleet, weights 1-3 and a minimum "
                              f"runtime of {RULES_MIN_RUNTIME_SECONDS} s on every share")
+    parser.add_argument("--half-life", type=int, default=0, metavar="SECONDS",
+                        help="with --rules-on: fair sharing's half-life (past borrowing)")
     args = parser.parse_args(argv)
     RULES["on"] = args.rules_on
+    RULES["half_life"] = args.half_life
     if args.simulation_only:
         print_simulation_table()
         return 0
@@ -344,6 +359,8 @@ def main(argv: list[str] | None = None) -> int:
     repetitions = 3 if args.quick else 7
     shapes = [BASELINE] if args.quick else [BASELINE, LARGE]
     rules = ", fair sharing and minimum runtime on" if args.rules_on else ""
+    if args.rules_on and args.half_life:
+        rules += f", half-life {args.half_life} s"
     print(f"# Engine cycle benchmark (Python {sys.version.split()[0]}, "
           f"median of {repetitions}{rules})\n")
     print_cycle_table([row for shape in shapes for row in shape_rows(shape, repetitions)])

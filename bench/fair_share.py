@@ -12,7 +12,9 @@ The week is bench/workloads.py's trace (ten LEND_AND_BORROW teams of 80 instance
 every morning: first come, first served, the sweep takes the idle capacity and the other
 teams' jobs above their limits wait behind it.  Three replays: as recorded (fair sharing
 off), fair sharing on with equal weights, and on with team02 at weight 3; then the same
-three with a minimum runtime of 10 minutes on every share.
+three with a minimum runtime of 10 minutes on every share; then fair sharing with a
+half-life of one hour and of one day (docs/semantics.md 5.4: team01's sweeps count against
+it after they end, so on the next morning it waits behind teams that borrowed less).
 """
 
 from __future__ import annotations
@@ -47,13 +49,14 @@ def skewed_week(days: int) -> dict[str, Any]:
 
 
 def variant(document: dict[str, Any], *, fair: bool, weights: dict[str, int],
-            min_runtime: int) -> dict[str, Any]:
+            min_runtime: int, half_life: int = 0) -> dict[str, Any]:
     shares = [{**share, **({"fair_share_weight": weights[share["name"]]}
                            if share["name"] in weights else {}),
                **({"min_runtime_seconds": min_runtime} if min_runtime else {})}
               for share in document["quota_shares"]]
     return {**document, "quota_shares": shares,
-            "settings": {**document.get("settings", {}), "fair_sharing": fair}}
+            "settings": {**document.get("settings", {}), "fair_sharing": fair,
+                         **({"fair_share_half_life_seconds": half_life} if half_life else {})}}
 
 
 def waits_by_share(output: dict[str, Any]) -> dict[str, list[int]]:
@@ -81,12 +84,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     week = skewed_week(args.days)
     runs = {}
-    for label, fair, weights, minimum in (
-            ("off (recorded)", False, {}, 0), ("fair, equal", True, {}, 0),
-            ("fair, team02 ×3", True, {"team02": 3}, 0),
-            ("off, min 600 s", False, {}, 600), ("fair, min 600 s", True, {}, 600)):
+    for label, fair, weights, minimum, half_life in (
+            ("off (recorded)", False, {}, 0, 0), ("fair, equal", True, {}, 0, 0),
+            ("fair, team02 ×3", True, {"team02": 3}, 0, 0),
+            ("off, min 600 s", False, {}, 600, 0), ("fair, min 600 s", True, {}, 600, 0),
+            ("fair, half-life 1 h", True, {}, 0, 3600),
+            ("fair, half-life 1 d", True, {}, 0, DAY_SECONDS)):
         started = time.process_time()
-        output = run_scenario(variant(week, fair=fair, weights=weights, min_runtime=minimum))
+        output = run_scenario(variant(week, fair=fair, weights=weights, min_runtime=minimum,
+                                      half_life=half_life))
         runs[label] = (output, time.process_time() - started)
     labels = list(runs)
     print(f"# Fair sharing over {args.days} simulated days ({len(week['actions']):,} jobs)\n")

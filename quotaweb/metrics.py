@@ -37,10 +37,19 @@ from prometheus_client.registry import Collector
 from scheduler.decisions import PendingReason
 from scheduler.lifecycle import Outcome
 
-from .models import Attempt, CapacityUnit, CycleTotals, Job, QuotaShare, WarmPoolSegment
+from .models import (
+    Attempt,
+    CapacityLimit,
+    CapacityUnit,
+    CycleTotals,
+    Job,
+    QuotaShare,
+    WarmPoolSegment,
+)
 from .models.jobs import ACTIVE_STATUSES, QUEUED_STATUSES
 from .models.scheduler_state import CYCLE_BUCKETS
 from .models.warm_pools import PoolStatus
+from .scheduling import usage
 from .services.billing import segment_billable_seconds
 from .sign_in import client_address
 from .web.usage_data import latest_figures
@@ -77,6 +86,7 @@ class QuotawebCollector(Collector):
         yield from self._preemptions()
         yield from self._warm_pools()
         yield from self._fair_sharing()
+        yield from self._past_borrowing()
         yield self._cycles()
 
     def _usage(self) -> Iterable[Metric]:
@@ -159,6 +169,32 @@ class QuotawebCollector(Collector):
         for key in sorted(totals):
             billable.add_metric(list(key), totals[key])
         yield billable
+
+    def _past_borrowing(self) -> Iterable[Metric]:
+        """docs/semantics.md 5.4: with a half-life, the half-life and each share's decayed
+        past borrowing on the units where fair sharing is on."""
+        half_life = usage.half_life_seconds()
+        if not half_life:
+            return  # without a half-life, /metrics is as it was
+        fleet = bool(settings.QUOTAWEB.get("FAIR_SHARING", False))
+        fair_units = {unit for unit, on in CapacityUnit.objects.values_list("name", "fair_sharing")
+                      if fleet or on}
+        yield GaugeMetricFamily(
+            "quotaweb_fair_share_half_life_seconds",
+            "Fair sharing's half-life for past borrowing (docs/semantics.md 5.4).",
+            value=half_life)
+        past = usage.past_borrowed_by_pair()
+        decayed = GaugeMetricFamily(
+            "quotaweb_quota_share_past_borrowed",
+            "The share's decayed past borrowing on the unit, in instances (half-life "
+            "weighted mean of its borrowed count), on units with fair sharing: it adds to "
+            "borrowed before dividing by the weight.", labels=SHARE_UNIT)
+        pairs = CapacityLimit.objects.filter(quota_share__deleted_at__isnull=True).values_list(
+            "quota_share__name", "capacity_unit")
+        for share, unit in sorted(pairs):
+            if unit in fair_units:
+                decayed.add_metric([share, unit], past.get((share, unit), 0.0))
+        yield decayed
 
     def _fair_sharing(self) -> Iterable[Metric]:
         """docs/semantics.md 5.4 and 5.8: where fair sharing is on, each share's weight and

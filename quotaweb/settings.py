@@ -181,6 +181,8 @@ QUOTAWEB = {
         "QUOTAWEB_WARM_POOL_MAX_LIFETIME_SECONDS", 2_419_200, low=1),
     # Fair sharing of idle capacity on every unit (docs/semantics.md 5.4); off: first come.
     "FAIR_SHARING": env.boolean("QUOTAWEB_FAIR_SHARING", False),
+    # With a half-life, fair sharing also counts decayed past borrowing (semantics.md 5.4).
+    "FAIR_SHARE_HALF_LIFE_SECONDS": env.integer("QUOTAWEB_FAIR_SHARE_HALF_LIFE_SECONDS", 0),
     "TICK_SECONDS": 1,
     # How often the queued jobs' estimated starts are refreshed (in the background).
     "FORECAST_SECONDS": env.integer("QUOTAWEB_FORECAST_SECONDS", 5, low=1),

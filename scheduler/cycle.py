@@ -16,7 +16,7 @@ Then every queued job gets its pending reason and position.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from .backlog import Backlog
 from .decisions import (
@@ -60,6 +60,7 @@ def resume(
     holdings: Holdings,
     warm_pools: Sequence[WarmPool],
     backlog: Backlog,
+    past_borrowed: Mapping[tuple[str, str], float] | None = None,
 ) -> tuple[CycleResult, CycleState]:
     """`schedule_with_state` for a caller that keeps its jobs in Holdings and a Backlog
     from one cycle to the next (the simulator, the forecast): the same cycle, from the jobs
@@ -68,7 +69,7 @@ def resume(
     snapshot."""
     holdings.check_shares(backlog.shares)
     validate_pools(warm_pools, backlog.shares, holdings.held)
-    return _decide(CycleState(now, policy, holdings, warm_pools, backlog))
+    return _decide(CycleState(now, policy, holdings, warm_pools, backlog, past_borrowed))
 
 
 def _decide(state: CycleState) -> tuple[CycleResult, CycleState]:
@@ -214,7 +215,8 @@ class _Cycle:
             return first_come_key(head)
         share = head.quota_share
         borrowed = state.ledger(unit).account(share).borrowed
-        return fair_share_key(borrowed, state.share(share).fair_share_weight, head)
+        past = state.past_borrowed.get((share, unit), 0.0)
+        return fair_share_key(borrowed, state.share(share).fair_share_weight, head, past)
 
     # 5. In-share preemption -----------------------------------------------------------
 

@@ -20,12 +20,20 @@ def fair_sharing_units(policy: Policy, capacity: Iterable[CapacityUnit]) -> froz
     return frozenset(unit.name for unit in capacity if policy.fair_sharing or unit.fair_sharing)
 
 
-def fair_share_key(borrowed: int, weight: int, head: Job) -> Key:
-    """A borrowing head where fair sharing is on: 1. its share's borrowed(s) / weight(s) on
-    the head's unit, lowest first (exactly, as a fraction); 2. submission sequence, oldest
-    first; 3. job id.  The share's figure is taken as it stands when the head comes
-    forward: each placement raises it, so the next offer goes to whoever is then lowest."""
-    return (Fraction(borrowed, weight), head.sequence, head.id)
+def fair_share_key(borrowed: int, weight: int, head: Job, past: float = 0.0) -> Key:
+    """A borrowing head where fair sharing is on: 1. its share's fair_share_standing on the
+    head's unit, lowest first; 2. submission sequence, oldest first; 3. job id.  The share's
+    figure is taken as it stands when the head comes forward: each placement raises it, so
+    the next offer goes to whoever is then lowest."""
+    return (fair_share_standing(borrowed, past, weight), head.sequence, head.id)
+
+
+def fair_share_standing(borrowed: int, past: float, weight: int) -> Fraction:
+    """(borrowed now + decayed past borrowing) / weight, exactly (a float is an exact
+    fraction).  `past` is 0 without a half-life, which leaves borrowed / weight."""
+    if past == 0.0:
+        return Fraction(borrowed, weight)
+    return (borrowed + Fraction(past)) / weight
 
 
 def first_come_key(head: Job) -> Key:

@@ -20,6 +20,7 @@ from .decisions import Dispatch, Preempt
 from .lifecycle import Failure, Outcome, PoolStatus, WorkEnd
 from .min_runtime import min_runtime_ends_at, min_runtime_of
 from .model import Job, JobStatus, Snapshot, WarmPool
+from .past_usage import PastUsage
 from .simulate.records import Attempt, Pool, SimJob
 from .simulate.scenario import JobSpec, Scenario
 from .simulate.world import END, RUNNING, STARTING, WAKE, World
@@ -114,8 +115,22 @@ class _Forecast:
         for number, pool in enumerate(snapshot.warm_pools, start=1):
             self.seed_pool(pool, number)
         self.world.recount()  # the jobs were put in directly, not admitted
+        self.seed_past(snapshot)
 
     # Seeding the world from the live snapshot ------------------------------------------
+
+    def seed_past(self, snapshot: Snapshot) -> None:
+        """The decayed past borrowing as the snapshot gives it at now (forecast second 0),
+        with each share's borrowed count of now held from there (semantics.md 5.4)."""
+        book = self.world.past
+        if book is None:
+            return
+        counts = self.world.borrowed_counts()
+        for share, unit, mean in snapshot.past_borrowed:
+            book.entries[share, unit] = PastUsage(mean, 0, counts.get((share, unit), 0))
+        for pair, count in counts.items():
+            if pair not in book.entries:
+                book.entries[pair] = PastUsage(0.0, 0, count)
 
     def outlook(self, job_id: str) -> JobOutlook:
         return self.outlooks.get(job_id) or JobOutlook()

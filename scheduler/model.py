@@ -186,12 +186,17 @@ class Policy:
     preemption_grace_seconds: float = 30
     warm_pool_max_lifetime_seconds: float = 2_419_200
     fair_sharing: bool = False  # on every unit (FAIR_SHARING; a unit may turn it on alone)
+    # With a half-life, fair sharing also counts each share's decayed past borrowing
+    # (FAIR_SHARE_HALF_LIFE_SECONDS; 0: off, semantics.md 5.4).
+    fair_share_half_life_seconds: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
     """Everything one cycle decides from: capacity, shares, non-terminal jobs and the
-    Available warm pools, at time `now`."""
+    Available warm pools, at time `now`.  `past_borrowed` gives (share, unit, mean) for each
+    share whose decayed past borrowing on a unit is above 0 (past_usage.py); it is read only
+    where fair sharing with a half-life is on."""
 
     now: float
     capacity: tuple[CapacityUnit, ...]
@@ -199,3 +204,4 @@ class Snapshot:
     jobs: tuple[Job, ...]
     warm_pools: tuple[WarmPool, ...] = ()
     policy: Policy = field(default_factory=Policy)
+    past_borrowed: tuple[tuple[str, str, float], ...] = ()

@@ -31,9 +31,11 @@ class CycleState(ShareQueues):
         holdings: Holdings,
         warm_pools: Iterable[WarmPool],
         backlog: Backlog,
+        past_borrowed: Mapping[tuple[str, str], float] | None = None,
     ) -> None:
         """The state of a cycle at `now`: `holdings` are the active jobs, `backlog` the
-        waiting ones (both read, never changed)."""
+        waiting ones (both read, never changed); `past_borrowed` each share's decayed past
+        borrowing per unit, read only with a fair-share half-life (semantics.md 5.4)."""
         self.now = now
         self.policy = policy
         self.backlog = backlog
@@ -43,6 +45,9 @@ class CycleState(ShareQueues):
         self.any_in_share_preemption = any(s.in_share_preemption for s in self.shares.values())
         # Both rules are opt-in: empty sets leave every decision as it was without them.
         self.fair_units = fair_sharing_units(policy, self.capacity.values())
+        self.past_borrowed: Mapping[tuple[str, str], float] = (
+            (past_borrowed or {}) if policy.fair_share_half_life_seconds > 0 else {}
+        )
         self.min_runtime_shares = frozenset(
             name for name, share in self.shares.items() if share.min_runtime_seconds > 0
         )
@@ -78,7 +83,8 @@ class CycleState(ShareQueues):
             (waiting if status is runnable or status is submitted else holding).append(job)
         holdings = Holdings.of(holding)
         backlog = Backlog.of(snapshot.capacity, snapshot.shares, waiting)
-        return cls(snapshot.now, snapshot.policy, holdings, snapshot.warm_pools, backlog)
+        past = {(share, unit): mean for share, unit, mean in snapshot.past_borrowed}
+        return cls(snapshot.now, snapshot.policy, holdings, snapshot.warm_pools, backlog, past)
 
     # Building ---------------------------------------------------------------------------
 

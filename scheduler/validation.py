@@ -8,6 +8,7 @@ configuration when it changes (validate_configuration), and the pools at each cy
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Container, Mapping, Sequence
 from operator import attrgetter
@@ -49,6 +50,12 @@ def validate_snapshot(snapshot: Snapshot) -> None:
             check_holding(job, unit)
             unit.update(dict.fromkeys(job.instances, f"job {job.id}"))
     validate_pools(snapshot.warm_pools, shares, held)
+    for name, on, mean in snapshot.past_borrowed:
+        if name not in shares or not math.isfinite(mean) or mean < 0:
+            raise InconsistentSnapshot(
+                f"past borrowing of share {name} on unit {on} is {mean!r}: it must be a "
+                "finite number of 0 or more, for a share of the snapshot"
+            )
 
 
 def validate_configuration(capacity: Sequence[CapacityUnit], shares: Sequence[QuotaShare]) -> None:

@@ -10,6 +10,7 @@ from django.db.models import QuerySet
 
 from ..models import CapacityUnit, QuotaShare
 from ..read_model.usage import FIGURES, latest_usage_rows
+from ..scheduling.usage import half_life_seconds, past_borrowed_by_pair
 
 
 def capacity_dict() -> dict[str, Any]:
@@ -40,10 +41,14 @@ def share_dicts(shares: Sequence[QuotaShare]) -> list[dict[str, Any]]:
     for sample in latest_usage_rows().filter(quota_share_id__in=[s.pk for s in shares]):
         latest[(sample.quota_share_id, sample.capacity_unit)] = {
             figure: getattr(sample, figure) for figure in FIGURES}
-    return [share_dict(share, latest) for share in shares]
+    past = past_borrowed_by_pair([share.name for share in shares]) if shares else {}
+    return [share_dict(share, latest, past) for share in shares]
 
 
-def share_dict(share: QuotaShare, latest: dict[tuple[int, str], dict[str, int]]) -> dict[str, Any]:
+def share_dict(share: QuotaShare, latest: dict[tuple[int, str], dict[str, int]],
+               past: dict[tuple[str, str], float] | None = None) -> dict[str, Any]:
+    """`past`: decayed past borrowing per (share, unit), given only with a half-life set;
+    each unit's usage then carries `past_borrowed` (docs/semantics.md 5.4)."""
     limits = list(share.capacity_limits.all())
     usage = {}
     for limit in limits:
@@ -52,6 +57,9 @@ def share_dict(share: QuotaShare, latest: dict[tuple[int, str], dict[str, int]])
             figures = dict.fromkeys(FIGURES, 0)
         # The limit is the configuration's, even when no cycle has sampled it yet.
         usage[limit.capacity_unit] = {**figures, "limit": limit.max_capacity}
+        if past is not None and half_life_seconds():
+            usage[limit.capacity_unit]["past_borrowed"] = round(
+                past.get((share.name, limit.capacity_unit), 0.0), 6)
     return {
         "name": share.name,
         "capacity_limits": [{"capacity_unit": limit.capacity_unit,

@@ -241,6 +241,10 @@ def build_parser() -> argparse.ArgumentParser:
                          metavar="SHARE=SECONDS", help="repeatable: a share's minimum runtime")
     what_if.add_argument("--fair-sharing", choices=("on", "off"),
                          help="fair sharing of idle capacity on every unit [as configured]")
+    what_if.add_argument("--half-life", type=_natural, dest="fair_share_half_life_seconds",
+                         metavar="SECONDS",
+                         help="fair sharing's half-life for past borrowing, 0: none "
+                              "[as configured]")
 
     pools = command("warm-pools", "List warm pools, newest first.")
     pools.add_argument("--status", type=_pool_status, action="append", default=[],

@@ -181,7 +181,8 @@ def run(args: argparse.Namespace, client: Client, out: Output, stderr: TextIO) -
         capacity, shares = what_if_changes(args)
         fair = None if args.fair_sharing is None else args.fair_sharing == "on"
         result = client.what_if(start=args.since, end=args.until, capacity=capacity,
-                                quota_shares=shares, fair_sharing=fair)
+                                quota_shares=shares, fair_sharing=fair,
+                                fair_share_half_life_seconds=args.fair_share_half_life_seconds)
         out.emit(result, lambda: what_if_table(result))
     elif name == "warm-pools":
         pools = client.warm_pools(status=args.status or None, quota_share=args.share)

@@ -198,14 +198,17 @@ class Client:
 
     def what_if(self, start: datetime | str | None = None, end: datetime | str | None = None,
                 *, capacity: Iterable[Json] = (), quota_shares: Iterable[Json] = (),
-                fair_sharing: bool | None = None) -> Json:
+                fair_sharing: bool | None = None,
+                fair_share_half_life_seconds: int | None = None) -> Json:
         """POST /what-if (administrators): the period [start, end) replayed with the recorded
         configuration and with the changes (`capacity`: [{capacity_unit, max_capacity, …}],
         `quota_shares`: [{name, capacity_limits, sharing_strategy, borrow_limit,
         in_share_preemption, fair_share_weight, min_runtime_seconds}], fields left out
-        unchanged; `fair_sharing`: on or off for every unit), compared per share."""
+        unchanged; `fair_sharing`: on or off for every unit; `fair_share_half_life_seconds`:
+        its half-life for past borrowing, 0: none), compared per share."""
         body = {"start": _time(start), "end": _time(end), "capacity": list(capacity),
-                "quota_shares": list(quota_shares), "fair_sharing": fair_sharing}
+                "quota_shares": list(quota_shares), "fair_sharing": fair_sharing,
+                "fair_share_half_life_seconds": fair_share_half_life_seconds}
         return dict(self.request("POST", "/what-if",
                                  body={k: v for k, v in body.items() if v is not None}))
 

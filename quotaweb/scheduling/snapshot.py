@@ -30,6 +30,7 @@ from scheduler.lifecycle import preemptions_left
 
 from .. import models
 from ..models.jobs import ACTIVE_STATUSES, QUEUED_STATUSES
+from . import usage
 from .clock import to_engine
 
 JOB_FIELDS = (
@@ -68,6 +69,7 @@ def policy() -> Policy:
         preemption_grace_seconds=config["PREEMPTION_GRACE_SECONDS"],
         warm_pool_max_lifetime_seconds=config["WARM_POOL_MAX_LIFETIME_SECONDS"],
         fair_sharing=config.get("FAIR_SHARING", False),
+        fair_share_half_life_seconds=config.get("FAIR_SHARE_HALF_LIFE_SECONDS", 0),
     )
 
 
@@ -242,12 +244,18 @@ def load_snapshot(now: datetime) -> LoadedSnapshot:
             status=models.warm_pools.PoolStatus.AVAILABLE, quota_share_id__in=list(names)
         ).values(*POOL_FIELDS, **JSON_AS_TEXT)
     )
+    rules = policy()
+    past: tuple[tuple[str, str, float], ...] = ()
+    if rules.fair_share_half_life_seconds > 0 and (
+            rules.fair_sharing or any(unit.fair_sharing for unit in capacity)):
+        past = usage.past_borrowed(now, rules.fair_share_half_life_seconds)
     snapshot = Snapshot(
         now=now.timestamp(),
         capacity=capacity,
         shares=tuple(shares),
         jobs=tuple(jobs),
         warm_pools=pools,
-        policy=policy(),
+        policy=rules,
+        past_borrowed=past,
     )
     return LoadedSnapshot(snapshot, len(jobs))

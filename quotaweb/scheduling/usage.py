@@ -10,10 +10,13 @@ from __future__ import annotations
 from collections import defaultdict
 from datetime import datetime
 
+from django.conf import settings
 from django.db.models import Sum
+from django.utils import timezone
 
 from scheduler import quota
 from scheduler.model import Strategy
+from scheduler.past_usage import fold_samples
 
 from ..models import (
     CapacityLimit,
@@ -88,3 +91,35 @@ def record_changes(now: datetime) -> list[UsageSample]:
     if samples or previous.keys() != current.keys():
         SchedulerState.objects.filter(id=1).update(last_usage=current)
     return UsageSample.objects.bulk_create(samples)
+
+
+def past_borrowed(now: datetime, half_life: float, shares: list[str] | None = None
+                  ) -> tuple[tuple[str, str, float], ...]:
+    """Each live share's decayed past borrowing per unit at `now` (docs/semantics.md 5.4),
+    folded from the usage samples' borrowed counts exactly as the simulator folds the
+    changes it makes (scheduler.past_usage): (share, unit, mean), means above 0 only.
+    `shares` names the shares wanted (None: all).  It reads every sample of those shares:
+    a cost that grows with the history, paid only with a half-life set."""
+    rows = UsageSample.objects.filter(quota_share__deleted_at__isnull=True)
+    if shares is not None:
+        rows = rows.filter(quota_share__name__in=shares)
+    rows = rows.order_by("time", "id").values_list(
+        "quota_share__name", "capacity_unit", "time", "borrowed")
+    samples = ((name, unit, time.timestamp(), borrowed) for name, unit, time, borrowed in rows)
+    means = fold_samples(samples, half_life, now.timestamp())
+    return tuple((share, unit, mean) for (share, unit), mean in sorted(means.items()))
+
+
+def half_life_seconds() -> int:
+    """The fair-share half-life the server is set with (0: none; docs/semantics.md 5.4)."""
+    return int(settings.QUOTAWEB.get("FAIR_SHARE_HALF_LIFE_SECONDS", 0))
+
+
+def past_borrowed_by_pair(shares: list[str] | None = None) -> dict[tuple[str, str], float]:
+    """(share, unit) → decayed past borrowing now, for the pages, the API and /metrics;
+    empty without a half-life."""
+    half_life = half_life_seconds()
+    if not half_life:
+        return {}
+    return {(share, unit): mean
+            for share, unit, mean in past_borrowed(timezone.now(), half_life, shares)}

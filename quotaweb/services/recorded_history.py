@@ -88,6 +88,9 @@ def recorded_history(start: datetime, end: datetime) -> RecordedHistory:
     if len(replayed) < len(jobs):
         history.notes.append(f"{len(jobs) - len(replayed)} jobs of deleted quota shares "
                              "are left out.")
+    if settings.QUOTAWEB.get("FAIR_SHARE_HALF_LIFE_SECONDS", 0):
+        history.notes.append("Fair sharing's past borrowing starts at none: what was "
+                             "borrowed before the period is not replayed.")
     running = _attempts_running_at(start, replayed)
     submitted = _submitted_events(start, replayed)
     actions = [_submission(job, start, running.get(job.pk), submitted.get(job.pk), history)
@@ -104,6 +107,8 @@ def recorded_history(start: datetime, end: datetime) -> RecordedHistory:
             "warm_pool_max_lifetime_seconds":
                 settings.QUOTAWEB["WARM_POOL_MAX_LIFETIME_SECONDS"],
             **({"fair_sharing": True} if settings.QUOTAWEB.get("FAIR_SHARING") else {}),
+            **({"fair_share_half_life_seconds": half_life} if (
+                half_life := settings.QUOTAWEB.get("FAIR_SHARE_HALF_LIFE_SECONDS", 0)) else {}),
         },
         "capacity": [configuration.units[name] for name in sorted(configuration.units)],
         "quota_shares": [configuration.shares[name] for name in sorted(configuration.shares)],

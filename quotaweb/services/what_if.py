@@ -21,6 +21,7 @@ from datetime import datetime
 from typing import Any
 
 from scheduler.simulate import ScenarioError, parse_scenario, simulate
+from scheduler.simulate.scenario import MAX_FAIR_SHARE_HALF_LIFE_SECONDS
 
 from .errors import ValidationFailed
 from .recorded_history import MAX_JOBS, MAX_PERIOD, RecordedHistory, recorded_history
@@ -56,6 +57,10 @@ class WhatIf:
                 "recorded": bool(self.history.document.get("settings", {}).get("fair_sharing")),
                 "changed": bool(self.changed_document.get("settings", {}).get("fair_sharing")),
             },
+            "fair_share_half_life_seconds": {
+                "recorded": half_life_of(self.history.document),
+                "changed": half_life_of(self.changed_document),
+            },
             "jobs": sum(1 for a in self.history.document["actions"] if "submit" in a),
             "notes": self.history.notes,
             "configuration": configuration_of(self.history.document),
@@ -68,21 +73,39 @@ class WhatIf:
 
 def what_if(start: datetime, end: datetime, *, capacity: Sequence[Mapping[str, Any]] = (),
             quota_shares: Sequence[Mapping[str, Any]] = (),
-            fair_sharing: bool | None = None) -> WhatIf:
+            fair_sharing: bool | None = None,
+            fair_share_half_life_seconds: int | None = None) -> WhatIf:
     """Replay [start, end) with the recorded configuration and with the changes; raises
     ValidationFailed (nothing is changed) for a bad period or change.  `fair_sharing`
-    turns fair sharing on (or off) for every unit in the changed replay."""
+    turns fair sharing on (or off) for every unit in the changed replay;
+    `fair_share_half_life_seconds` sets its half-life there (0: none; docs/semantics.md 5.4).
+    Both replays start with no past borrowing: what was borrowed before `start` is not
+    replayed."""
+    half_life = fair_share_half_life_seconds
+    if half_life is not None and (
+            isinstance(half_life, bool) or not isinstance(half_life, int)
+            or not 0 <= half_life <= MAX_FAIR_SHARE_HALF_LIFE_SECONDS):
+        raise ValidationFailed({"fair_share_half_life_seconds": [
+            f"must be a whole number of seconds from 0 to {MAX_FAIR_SHARE_HALF_LIFE_SECONDS}"]})
     history = recorded_history(start, end)
     changed_document = changed_configuration(history.document, capacity, quota_shares,
                                              created_shares=history.created_shares)
     if fair_sharing is not None:
         changed_document["settings"] = {**changed_document.get("settings", {}),
                                         "fair_sharing": fair_sharing}
+    if half_life is not None:
+        changed_document["settings"] = {**changed_document.get("settings", {}),
+                                        "fair_share_half_life_seconds": half_life}
     deadline = time.monotonic() + REPLAY_BUDGET_SECONDS
     recorded = _run(history.document, "the recorded configuration", deadline)
     changed = _run(changed_document, "the changed configuration", deadline)
     return WhatIf(history, changed_document, recorded, changed,
                   compare(history.document, recorded, changed_document, changed))
+
+
+def half_life_of(document: Mapping[str, Any]) -> int:
+    """A replay's fair-share half-life (0: none)."""
+    return int(document.get("settings", {}).get("fair_share_half_life_seconds", 0))
 
 
 class _OverBudget(Exception):

@@ -60,6 +60,11 @@ class SubmitForm(forms.Form):
         required=False, widget=NUMBER, help_text="Empty: unlimited.")
     max_runtime_seconds = forms.IntegerField(initial=DEFAULTS["max_runtime_seconds"],
                                              widget=NUMBER)
+    # docs/semantics.md 5.8: empty leaves the job to its share's minimum runtime.
+    min_runtime_seconds = forms.IntegerField(
+        required=False, widget=NUMBER, label="Minimum runtime (seconds)",
+        help_text="Not preempted before it has run this long; at most the share's. "
+                  "Empty: the share's.")
     role = forms.CharField(required=False, max_length=MAX_TEXT)
     volume_size_gb = forms.IntegerField(initial=DEFAULTS["volume_size_gb"], widget=NUMBER)
     volume_kms_key_id = forms.CharField(required=False, max_length=MAX_TEXT)
@@ -79,7 +84,8 @@ class SubmitForm(forms.Form):
     error_aliases = {"client_token": None}
 
     ADVANCED = ("retry_attempts", "preemption_retries_before_termination",
-                "max_runtime_seconds", "role", "volume_size_gb", "volume_kms_key_id",
+                "max_runtime_seconds", "min_runtime_seconds", "role", "volume_size_gb",
+                "volume_kms_key_id",
                 "security_group_ids", "subnets", "enable_network_isolation",
                 "enable_inter_container_traffic_encryption", "environment")
 

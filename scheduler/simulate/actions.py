@@ -183,6 +183,8 @@ def delete_share(world: World, body: Reader, t: int) -> None:
         if pool.quota_share == share.name:
             world.apply(pool_ended(available(pool), PoolTermination.USER, t), t)
     del world.shares[share.name]
+    if world.past is not None:
+        world.past.forget(share.name)  # as the live system leaves a deleted share's samples
     world.emit(t, ShareDeleted(whole_values(share_values(share))), None, share.name)
 
 

@@ -43,6 +43,7 @@ CAPACITY_FIELDS = {
 CAPACITY_FLAGS = {"fair_sharing"}
 MAX_FAIR_SHARE_WEIGHT = 10_000
 MAX_MIN_RUNTIME_SECONDS = 86_400
+MAX_FAIR_SHARE_HALF_LIFE_SECONDS = 31_536_000  # a year
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +99,8 @@ def parse_scenario(data: Any) -> Scenario:
     tick = top.integer("tick_seconds", 1, low=1)
     settings = Reader(
         top.data.get("settings", {}), "settings",
-        {"preemption_grace_seconds", "warm_pool_max_lifetime_seconds", "fair_sharing"},
+        {"preemption_grace_seconds", "warm_pool_max_lifetime_seconds", "fair_sharing",
+         "fair_share_half_life_seconds"},
     )
     policy = Policy(
         preemption_grace_seconds=settings.integer("preemption_grace_seconds", 30, low=0),
@@ -106,6 +108,9 @@ def parse_scenario(data: Any) -> Scenario:
             "warm_pool_max_lifetime_seconds", 2_419_200, low=1
         ),
         fair_sharing=settings.boolean("fair_sharing", False),
+        fair_share_half_life_seconds=settings.integer(
+            "fair_share_half_life_seconds", 0, low=0, high=MAX_FAIR_SHARE_HALF_LIFE_SECONDS
+        ),
     )
     capacity = tuple(parse_capacity(Reader(item, path, CAPACITY_FIELDS))
                      for path, item in top.objects("capacity"))

@@ -48,6 +48,8 @@ from ..lifecycle import (
 )
 from ..min_runtime import min_runtime_ends_at
 from ..model import CapacityUnit, JobStatus, QuotaShare, Snapshot
+from ..past_usage import PastUsageBook
+from ..quota import borrowed
 from ..state import CycleState
 from .engine_view import EngineView
 from .records import Attempt, Pool, Segment, SimJob
@@ -78,6 +80,10 @@ class World:
         self.queued: Counter[tuple[str, str]] = Counter()
         self.active_jobs: dict[str, SimJob] = {}  # the active jobs, kept as jobs move
         self.view = EngineView()  # the engine's, kept between cycles
+        # Decayed past borrowing (semantics.md 5.4), kept only with a half-life: folded
+        # after each cycle, as the live shell folds the usage samples it writes then.
+        half_life = self.policy.fair_share_half_life_seconds
+        self.past: PastUsageBook | None = PastUsageBook(half_life) if half_life > 0 else None
 
     # Events and timers ------------------------------------------------------------------
 
@@ -354,13 +360,33 @@ class World:
             jobs=tuple([job.as_engine_job() for job in self.live.values()]),
             warm_pools=tuple(pool.as_engine_pool() for pool in self.pools.values()),
             policy=self.policy,
+            past_borrowed=tuple((share, unit, mean) for (share, unit), mean
+                                in sorted(self.past_borrowed(t).items())),
         )
+
+    def past_borrowed(self, t: int) -> dict[tuple[str, str], float]:
+        """Each share's decayed past borrowing per unit at `t` (empty without a half-life)."""
+        return self.past.means(t) if self.past is not None else {}
+
+    def borrowed_counts(self) -> dict[tuple[str, str], int]:
+        """What each share borrows on each unit it lists, counting its Available pools, as
+        the usage figures count it (0s left out)."""
+        used = Counter(self.held_by_jobs)
+        for pool in self.pools.values():
+            used[pool.quota_share, pool.instance_type] += pool.instance_count
+        counts = {}
+        for name, share in self.shares.items():
+            for unit, limit in share.limits:
+                count = borrowed(used[name, unit], limit)
+                if count:
+                    counts[name, unit] = count
+        return counts
 
     def cycle(self, t: int) -> tuple[CycleResult, CycleState]:
         holdings, backlog = self.view.sync(self.jobs, self.live, tuple(self.capacity.values()),
                                            tuple(self.shares.values()))
         pools = [pool.as_engine_pool() for pool in self.pools.values()]
-        result, state = resume(t, self.policy, holdings, pools, backlog)
+        result, state = resume(t, self.policy, holdings, pools, backlog, self.past_borrowed(t))
         lifetime = self.policy.warm_pool_max_lifetime_seconds
         for decision in result.decisions:
             if isinstance(decision, SetPendingReason):
@@ -379,6 +405,10 @@ class World:
                 reused = decision.warm_pool_id
                 taken = available(self.pools[reused]) if reused is not None else None
                 self.apply(dispatched(decision, t, taken), t)
+        if self.past is not None:
+            listed = [(name, unit) for name, share in self.shares.items()
+                      for unit in share.units()]
+            self.past.record(t, self.borrowed_counts(), listed)
         return result, state
 
 

@@ -100,7 +100,7 @@ def test_list_and_get_quota_shares(api: ApiFor) -> None:
         "fair_share_weight": 1, "min_runtime_seconds": 0,
         "max_queued_jobs": 1000, "max_submissions_per_minute": 120, "members": ["member"],
         "usage": {UNIT: {"limit": 2, "in_use": 0, "own": 0, "borrowed": 0, "lent": 0,
-                         "warm": 0, "queued": 0}},
+                         "warm": 0, "queued": 0, "past_borrowed": None}},
     }
 
 
@@ -113,7 +113,23 @@ def test_a_shares_usage_is_its_latest_sample(world: World, api: ApiFor) -> None:
                                    queued=queued)
     usage = api("other").get("/api/v1/quota-shares/QS1")[1]["usage"]
     assert usage == {UNIT: {"limit": 2, "in_use": 3, "own": 2, "borrowed": 1, "lent": 0,
-                            "warm": 0, "queued": 1}}
+                            "warm": 0, "queued": 1, "past_borrowed": None}}
+
+
+def test_a_shares_past_borrowing_with_a_half_life(world: World, api: ApiFor,
+                                                  settings: Any) -> None:
+    """docs/semantics.md 5.4: with a half-life, each unit's usage carries the decayed past
+    borrowing, folded from the usage samples: 1 instance borrowed for one half-life, from 0,
+    stands at 1/2."""
+    settings.QUOTAWEB = {**settings.QUOTAWEB, "FAIR_SHARE_HALF_LIFE_SECONDS": 3600}
+    qs1 = world.shares["QS1"]
+    UsageSample.objects.create(time=timezone.now() - timezone.timedelta(hours=1),
+                               quota_share=qs1, capacity_unit=UNIT, limit=2, in_use=3, own=2,
+                               borrowed=1, lent=0, warm=0, queued=0)
+    usage = api("other").get("/api/v1/quota-shares/QS1")[1]["usage"]
+    assert usage[UNIT]["past_borrowed"] == pytest.approx(0.5, abs=1e-3)
+    qs2 = api("other").get("/api/v1/quota-shares/QS2")[1]["usage"]
+    assert all(figures["past_borrowed"] == 0 for figures in qs2.values())
 
 
 def test_a_missing_share_is_404(api: ApiFor) -> None:

@@ -61,12 +61,13 @@ def test_the_fair_sharing_fields_are_accepted_and_carried(api: ApiFor) -> None:
     a share's weight and minimum runtime hold in the changed replay."""
     queue_in_qs3()
     status, body = api("admin").post("/api/v1/what-if", {
-        **period(), "fair_sharing": True,
+        **period(), "fair_sharing": True, "fair_share_half_life_seconds": 600,
         "capacity": [{"capacity_unit": UNIT, "fair_sharing": True}],
         "quota_shares": [{"name": "QS1", "fair_share_weight": 4, "min_runtime_seconds": 60}],
     })
     assert status == 200, body
     assert body["fair_sharing"] == {"recorded": False, "changed": True}
+    assert body["fair_share_half_life_seconds"] == {"recorded": 0, "changed": 600}
     changed = body["changed_configuration"]
     assert changed["capacity"][0]["fair_sharing"] is True
     qs1 = next(share for share in changed["quota_shares"] if share["name"] == "QS1")
@@ -94,6 +95,8 @@ def test_members_are_refused_before_the_body_is_read(api: ApiFor) -> None:
     ({"quota_shares": [{"name": "QS2", "fair_share_weight": 0}]}, "quota_shares"),
     ({"quota_shares": [{"name": "QS2", "min_runtime_seconds": -1}]}, "quota_shares"),
     ({"fair_sharing": "yes"}, "fair_sharing"),
+    ({"fair_share_half_life_seconds": -1}, "fair_share_half_life_seconds"),
+    ({"fair_share_half_life_seconds": 40_000_000}, "fair_share_half_life_seconds"),
 ])
 def test_bad_input_is_a_422_that_changes_nothing(api: ApiFor, body: dict[str, Any],
                                                   field: str) -> None:

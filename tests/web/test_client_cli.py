@@ -686,9 +686,12 @@ def test_cli_what_if_compares_a_changed_limit(server: LiveServer) -> None:
     bad = cli(server, "what-if", "--limit", "QS3:nothing", user="admin")
     assert bad.returncode == 2 and "expected KEY=VALUE" in bad.stderr
     fair = json.loads(cli(server, "what-if", "--since", since.isoformat(), "--until", until,
-                          "--fair-sharing", "on", "--weight", "QS3=2",
+                          "--fair-sharing", "on", "--weight", "QS3=2", "--half-life", "600",
                           "--min-runtime", "QS3=60", "--json", user="admin").stdout)
     assert fair["fair_sharing"] == {"recorded": False, "changed": True}
+    assert fair["fair_share_half_life_seconds"] == {"recorded": 0, "changed": 600}
+    bad_half_life = cli(server, "what-if", "--half-life", "-5", user="admin")
+    assert bad_half_life.returncode == 2 and "--half-life" in bad_half_life.stderr
     changed_qs3 = next(share for share in fair["changed_configuration"]["quota_shares"]
                        if share["name"] == "QS3")
     assert (changed_qs3["fair_share_weight"], changed_qs3["min_runtime_seconds"]) == (2, 60)

@@ -17,7 +17,15 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
-from quotaweb.models import CapacityUnit, CycleRecord, CycleTotals, Job, QuotaShare, WarmPool
+from quotaweb.models import (
+    CapacityUnit,
+    CycleRecord,
+    CycleTotals,
+    Job,
+    QuotaShare,
+    UsageSample,
+    WarmPool,
+)
 from quotaweb.scheduling.tick import run_cycle
 from quotaweb.services.billing import pool_billable_seconds
 from quotaweb.services.jobs import submit_job
@@ -233,3 +241,24 @@ def test_fair_sharing_and_minimum_runtime_figures(
     # low (now priority 4) would preempt high in QS1, but high is younger than 600 s.
     assert metrics["quotaweb_min_runtime_waiting_workloads"] == {_at("QS1"): 1}
     assert Job.objects.get(name="qs1_job_low").pending_code == "WAITING_FOR_MIN_RUNTIME"
+    # Without a half-life, no past-borrowing figures.
+    assert "quotaweb_quota_share_past_borrowed" not in metrics
+
+
+def test_past_borrowing_figures_with_a_half_life(
+    walkthrough_config: Any, member: Any, client_for: ClientFor, settings: Any
+) -> None:
+    """docs/semantics.md 5.4 in /metrics: the half-life, and each share's decayed past
+    borrowing on the units where fair sharing is on (1 borrowed for one half-life: 1/2)."""
+    settings.QUOTAWEB = {**settings.QUOTAWEB, "FAIR_SHARE_HALF_LIFE_SECONDS": 3600}
+    CapacityUnit.objects.filter(name=UNIT).update(fair_sharing=True)
+    qs1 = QuotaShare.live.get(name="QS1")
+    now = timezone.now()
+    UsageSample.objects.create(time=now - timedelta(hours=1), quota_share=qs1,
+                               capacity_unit=UNIT, limit=1, in_use=2, own=1, borrowed=1,
+                               lent=0, warm=0, queued=0)
+    metrics = scrape(client_for(member))
+    assert metrics["quotaweb_fair_share_half_life_seconds"][()] == 3600
+    past = metrics["quotaweb_quota_share_past_borrowed"]
+    assert past[_at("QS1")] == pytest.approx(0.5, abs=1e-3)
+    assert past[_at("QS2")] == 0

@@ -14,7 +14,15 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from quotaweb.models import CapacityLimit, CapacityUnit, Event, Job, QuotaShare, WarmPool
+from quotaweb.models import (
+    CapacityLimit,
+    CapacityUnit,
+    Event,
+    Job,
+    QuotaShare,
+    UsageSample,
+    WarmPool,
+)
 from quotaweb.scheduling.tick import run_cycle
 from quotaweb.services.jobs import submit_job
 
@@ -233,6 +241,23 @@ def test_the_share_page_shows_and_changes_weight_and_minimum_runtime(
     html = client_for(member).get("/shares/QS1").content.decode()
     assert f"weight 3 · on for {UNIT}" in html
     assert "120 s: a running job is not preempted in the share before it has run" in html
+    assert "half-life" not in html
+
+
+def test_the_share_page_shows_past_borrowing_with_a_half_life(
+    walkthrough_config: Any, member: Any, client_for: ClientFor, settings: Any
+) -> None:
+    """docs/semantics.md 5.4: with a half-life, the share page gives it and the share's
+    decayed past borrowing on each unit where fair sharing is on (1 instance borrowed for
+    one half-life, from none: 0.5)."""
+    settings.QUOTAWEB = {**settings.QUOTAWEB, "FAIR_SHARE_HALF_LIFE_SECONDS": 3600}
+    CapacityUnit.objects.filter(name=UNIT).update(fair_sharing=True)
+    UsageSample.objects.create(time=timezone.now() - timedelta(hours=1),
+                               quota_share=walkthrough_config.qs1, capacity_unit=UNIT,
+                               limit=1, in_use=2, own=1, borrowed=1, lent=0, warm=0, queued=0)
+    html = client_for(member).get("/shares/QS1").content.decode()
+    assert "counting past borrowing with a half-life of 3600 s" in html
+    assert f"(past borrowing: {UNIT} 0.5)" in html
 
 
 def test_the_share_page_lists_jobs_by_status_with_position_and_pending_reason(
@@ -310,6 +335,29 @@ def test_submitting_redirects_to_the_new_jobs_page(
     again = client.post("/submit", _submission(security_group_ids="sg-2, sg-1",
                                                environment="A=1\nB=two=2"))
     assert again["Location"] == f"/jobs/{job.pk}" and Job.objects.count() == 1
+
+
+def test_the_submit_form_sets_a_job_s_minimum_runtime(
+    walkthrough_config: Any, member: Any, client_for: ClientFor
+) -> None:
+    """docs/semantics.md 5.8: the form's minimum runtime reaches the job, up to its share's;
+    left empty, the job has none of its own (its share's applies); above the share's, the
+    field says so and no job is made."""
+    QuotaShare.live.filter(name="QS1").update(min_runtime_seconds=300)
+    client = client_for(member)
+    assert 'name="min_runtime_seconds"' in client.get("/submit").content.decode()
+    client.post("/submit", _submission(name="with_minimum", min_runtime_seconds="120",
+                                       client_token="tok-a"))
+    client.post("/submit", _submission(name="without_minimum", client_token="tok-b"))
+    assert Job.objects.get(name="with_minimum").min_runtime_seconds == 120
+    assert Job.objects.get(name="without_minimum").min_runtime_seconds is None
+    response = client.post("/submit", _submission(name="too_long", min_runtime_seconds="301",
+                                                  client_token="tok-c"))
+    assert response.status_code == 422
+    block = re.search(r'<label for="id_min_runtime_seconds">.*?</div>',
+                      response.content.decode(), re.S)
+    assert block and "above quota share QS1&#x27;s minimum runtime of 300" in block.group(0)
+    assert not Job.objects.filter(name="too_long").exists()
 
 
 def test_an_invalid_submission_shows_each_problem_on_its_field_and_makes_no_job(
@@ -739,6 +787,34 @@ def test_capacity_shows_the_sum_of_limits_and_refuses_to_go_below_it(
     assert CapacityUnit.objects.get().max_capacity == 5
     assert [e.details for e in _events("CAPACITY_UPDATED")] == [
         {"capacity_unit": UNIT, "before": {"max_capacity": 3}, "after": {"max_capacity": 5}}]
+
+
+def test_the_capacity_page_turns_a_unit_s_fair_sharing_on_and_off(
+    walkthrough_config: Any, admin: Any, client_for: ClientFor
+) -> None:
+    """docs/semantics.md 1 and 5.4: the unit's fair-sharing checkbox is shown as it stands,
+    ticking it turns fair sharing on for the unit (CAPACITY_UPDATED names it), and leaving
+    it unticked turns it off again."""
+    client = client_for(admin)
+    unit = walkthrough_config.unit
+    prefix = f"unit-{unit.pk}-"
+    box = rf'<input type="checkbox" name="{prefix}fair_sharing"[^>]*>'
+    shown = re.search(box, client.get("/capacity").content.decode())
+    assert shown and "checked" not in shown.group(0)
+    form = {prefix + "max_capacity": "3", prefix + "warm_pool_limit": "0",
+            prefix + "cold_start_seconds": "60", prefix + "warm_start_seconds": "5"}
+    assert client.post(f"/capacity/units/{unit.pk}",
+                       {**form, prefix + "fair_sharing": "on"}).status_code == 302
+    assert CapacityUnit.objects.get().fair_sharing is True
+    shown = re.search(box, client.get("/capacity").content.decode())
+    assert shown and "checked" in shown.group(0)
+    assert client.post(f"/capacity/units/{unit.pk}", form).status_code == 302
+    assert CapacityUnit.objects.get().fair_sharing is False
+    assert [e.details for e in _events("CAPACITY_UPDATED")] == [
+        {"capacity_unit": UNIT, "before": {"fair_sharing": False},
+         "after": {"fair_sharing": True}},
+        {"capacity_unit": UNIT, "before": {"fair_sharing": True},
+         "after": {"fair_sharing": False}}]
 
 
 def test_adding_a_capacity_unit(admin: Any, client_for: ClientFor) -> None:

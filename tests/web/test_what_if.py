@@ -268,3 +268,24 @@ def test_fair_sharing_in_a_what_if_changes_the_waits_per_share(
     with pytest.raises(ValidationFailed) as bad:
         what_if(shell.t0, end, quota_shares=[{"name": "A", "fair_share_weight": 0}])
     assert "quota_shares" in bad.value.fields
+
+    # A half-life is carried into the changed replay (docs/semantics.md 5.4).
+    decayed = what_if(shell.t0, end, fair_sharing=True, fair_share_half_life_seconds=30)
+    assert decayed.changed_document["settings"]["fair_share_half_life_seconds"] == 30
+    assert decayed.as_dict()["fair_share_half_life_seconds"] == {"recorded": 0, "changed": 30}
+    with pytest.raises(ValidationFailed) as bad:
+        what_if(shell.t0, end, fair_share_half_life_seconds=-1)
+    assert "fair_share_half_life_seconds" in bad.value.fields
+
+
+def test_a_server_half_life_is_replayed_and_noted(monkeypatch: pytest.MonkeyPatch,
+                                                   settings: Any) -> None:
+    """docs/semantics.md 5.4: the recorded replay keeps the server's half-life, and says
+    that past borrowing before the period is not replayed."""
+    settings.QUOTAWEB = {**settings.QUOTAWEB, "FAIR_SHARE_HALF_LIFE_SECONDS": 600}
+    shell = two_sweeps_history(monkeypatch)
+    result = what_if(shell.t0, shell.t0 + timedelta(seconds=UNTIL))
+    assert result.history.document["settings"]["fair_share_half_life_seconds"] == 600
+    assert result.as_dict()["fair_share_half_life_seconds"] == {"recorded": 600,
+                                                                "changed": 600}
+    assert any("past borrowing" in note for note in result.history.notes)

@@ -127,16 +127,17 @@ def test_the_form_sends_what_was_edited_and_every_value_of_a_held_row(
     assert held.status_code == 200 and edited.status_code == 200
     qs3 = next(share for share in today["quota_shares"] if share["name"] == "QS3")
     assert sent == [
-        {"capacity": [], "quota_shares": [], "fair_sharing": None},
+        {"capacity": [], "quota_shares": [], "fair_sharing": None,
+         "fair_share_half_life_seconds": None},
         {"capacity": [{**unit, "fair_sharing": False} for unit in today["capacity"]],
          "quota_shares": [{
              "name": "QS3", "capacity_limits": qs3["capacity_limits"],
              "sharing_strategy": qs3["sharing_strategy"],
              "in_share_preemption": qs3["in_share_preemption"],
              "fair_share_weight": 1, "min_runtime_seconds": 0}],
-         "fair_sharing": None},
+         "fair_sharing": None, "fair_share_half_life_seconds": None},
         {"capacity": [], "quota_shares": [{"name": "QS2", "sharing_strategy": "RESERVE"}],
-         "fair_sharing": None},
+         "fair_sharing": None, "fair_share_half_life_seconds": None},
     ]
     again = held.content.decode()  # shown again: still held, twins still the first values
     assert re.search(r'name="hold-QS3"[^>]* checked', again)
@@ -168,9 +169,38 @@ def test_fair_sharing_weights_and_minimum_runtimes_can_be_tried(
     assert sent == [{"capacity": [{"capacity_unit": UNIT, "fair_sharing": True}],
                      "quota_shares": [{"name": "QS1", "fair_share_weight": 3},
                                       {"name": "QS2", "min_runtime_seconds": 60}],
-                     "fair_sharing": True}]
+                     "fair_sharing": True, "fair_share_half_life_seconds": None}]
     again = answer.content.decode()
     assert re.search(r'name="fair-sharing"[^>]* checked', again)
     assert 'name="weight-QS1" value="3"' in again
     bad = admin.post("/what-if", form(**shown, **{"weight-QS1": "0"}))
     assert bad.status_code == 422 and "fair_share_weight" in bad.content.decode()
+
+
+def test_a_fair_share_half_life_can_be_tried(
+        world: Any, client_for: Callable[[Any], Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/semantics.md 5.4: the half-life field, next to the fair-sharing switch, is sent
+    when changed (and only then), shown again, and a bad value is a 422."""
+    from quotaweb.web.views import what_if as page
+
+    sent: list[dict[str, Any]] = []
+
+    def spy(start: Any, end: Any, **changes: Any) -> Any:
+        sent.append(changes)
+        return real(start, end, **changes)
+
+    real = page.what_if
+    monkeypatch.setattr(page, "what_if", spy)
+    admin = client_for(world.users["admin"])
+    html = admin.get("/what-if").content.decode()
+    assert 'name="half-life" value="0"' in html
+    shown = dict(re.findall(r'<input type="hidden" name="(shown-[^"]+)" value="([^"]*)"', html))
+    answer = admin.post("/what-if", form(**shown, **{"fair-sharing": "on", "half-life": "600"}))
+    assert answer.status_code == 200
+    assert sent[-1]["fair_sharing"] is True and sent[-1]["fair_share_half_life_seconds"] == 600
+    assert 'name="half-life" value="600"' in answer.content.decode()
+    assert admin.post("/what-if", form(**shown)).status_code == 200
+    assert sent[-1]["fair_share_half_life_seconds"] is None
+    for value in ("-1", "soon"):
+        bad = admin.post("/what-if", form(**shown, **{"half-life": value}))
+        assert bad.status_code == 422 and "half" in bad.content.decode()

@@ -13,6 +13,8 @@ from django.utils import timezone
 from ninja import Router, Schema
 from pydantic import Field
 
+from scheduler.simulate.scenario import MAX_FAIR_SHARE_HALF_LIFE_SECONDS
+
 from ...services.errors import Conflict
 from ...services.what_if import MAX_JOBS, MAX_PERIOD, REPLAY_BUDGET_SECONDS, what_if
 from ..auth import administrators_only
@@ -84,6 +86,11 @@ class WhatIfIn(RequestBody):
     fair_sharing: bool = Field(None, description="Fair sharing of idle capacity on every "
                                "unit for the whole period (docs/semantics.md 5.4); absent: "
                                "as the server is set (FAIR_SHARING) and each unit says.")
+    fair_share_half_life_seconds: int = Field(
+        None, json_schema_extra={"minimum": 0, "maximum": MAX_FAIR_SHARE_HALF_LIFE_SECONDS},
+        description="Fair sharing's half-life for past borrowing for the whole period "
+                    "(docs/semantics.md 5.4; 0: none); absent: as the server is set "
+                    "(FAIR_SHARE_HALF_LIFE_SECONDS).  Both replays start with no past.")
 
 
 class ShareFiguresOut(Schema):
@@ -117,6 +124,9 @@ class WhatIfOut(Schema):
     fair_sharing: dict[str, bool] = Field(
         description="Whether fair sharing was on for every unit in the `recorded` and the "
                     "`changed` replay (a unit may also turn it on alone: see configuration).")
+    fair_share_half_life_seconds: dict[str, int] = Field(
+        description="The fair-share half-life of the `recorded` and the `changed` replay "
+                    "(0: none).")
     shares: list[ShareComparisonOut]
     timelines: dict[str, list[dict[str, Any]]] = Field(
         description="The usage rows of both replays (docs/scenario-format.md, Output): "
@@ -142,7 +152,8 @@ def run_what_if(request: HttpRequest, payload: WhatIfIn) -> dict[str, Any]:
         raise Conflict("WHAT_IF_BUSY", "Another what-if is running; try again in a moment.")
     try:
         result = what_if(start, end, capacity=capacity, quota_shares=shares,
-                         fair_sharing=payload.fair_sharing)
+                         fair_sharing=payload.fair_sharing,
+                         fair_share_half_life_seconds=payload.fair_share_half_life_seconds)
     finally:
         _running.release()
     return {**result.as_dict(), "timelines": {"recorded": result.recorded["usage"],

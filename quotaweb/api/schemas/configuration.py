@@ -145,6 +145,9 @@ class UsageFiguresOut(Schema):
     lent: int
     warm: int
     queued: int
+    past_borrowed: float | None = Field(
+        None, description="The share's decayed past borrowing on the unit, in instances "
+        "(docs/semantics.md 5.4); only with a fair-share half-life set, else null.")
 
 
 class QuotaShareOut(Schema):

@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from ...models import CapacityUnit, Job, QuotaShare
 from ...models.jobs import QUEUED_STATUSES
+from ...scheduling import usage
 from ...services import configuration
 from ...services.errors import ServiceError
 from ...services.permissions import can_manage_configuration, can_write_share
@@ -59,6 +60,7 @@ def _context(request: HttpRequest, share: QuotaShare, form: ShareForm | None) ->
     now = timezone.now()
     config = live_config()
     ranged = timeline_range(request)
+    fair_units = _fair_units(share)
     return {
         "share": share, "form": form, "live": config, **ranged,
         "limits": list(share.capacity_limits.order_by("capacity_unit")),
@@ -69,8 +71,19 @@ def _context(request: HttpRequest, share: QuotaShare, form: ShareForm | None) ->
         "totals": usage_data.lending_totals(share, now),
         "can_submit": can_write_share(request.user, share),
         "queued": Job.objects.filter(quota_share=share, status__in=QUEUED_STATUSES).count(),
-        "fair_units": _fair_units(share),
+        "fair_units": fair_units,
+        "half_life": usage.half_life_seconds(),
+        "past_borrowing": _past_borrowing(share, fair_units),
     }
+
+
+def _past_borrowing(share: QuotaShare, fair_units: list[str]) -> list[tuple[str, float]]:
+    """(unit, decayed past borrowing) on the share's fair-sharing units, with a half-life
+    set (docs/semantics.md 5.4); empty without one."""
+    if not fair_units or not usage.half_life_seconds():
+        return []
+    past = usage.past_borrowed_by_pair([share.name])
+    return [(unit, round(past.get((share.name, unit), 0.0), 2)) for unit in fair_units]
 
 
 def _fair_units(share: QuotaShare) -> list[str]:

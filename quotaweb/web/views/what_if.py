@@ -59,7 +59,8 @@ def what_if_page(request: HttpRequest) -> HttpResponse:
         context["start"], context["end"] = start, end
         capacity, shares = _changes(request.POST, configuration)
         result = what_if(start, end, capacity=capacity, quota_shares=shares,
-                         fair_sharing=_fleet_fair_sharing(request.POST))
+                         fair_sharing=_fleet_fair_sharing(request.POST),
+                         fair_share_half_life_seconds=_half_life(request.POST))
     except ValidationFailed as error:
         context["errors"] = {"message": error.message, "fields": error.fields}
         return render(request, "quotaweb/what_if.html", context, status=422)
@@ -112,7 +113,20 @@ def _editable(configuration: dict[str, Any], form: QueryDict | None) -> dict[str
             "min_runtime": field(f"min-runtime-{name}", share.get("min_runtime_seconds", 0)),
         })
     return {"units": units, "shares": shares,
-            "fair_sharing": switch("fair-sharing", _fair_sharing_today())}
+            "fair_sharing": switch("fair-sharing", _fair_sharing_today()),
+            "half_life": field("half-life", _half_life_today())}
+
+
+def _half_life_today() -> int:
+    return int(settings.QUOTAWEB.get("FAIR_SHARE_HALF_LIFE_SECONDS", 0))
+
+
+def _half_life(form: QueryDict) -> int | None:
+    """Fair sharing's half-life for the changed replay, when the field was changed."""
+    if _edited(form, "half-life", _half_life_today()):
+        value = _number(form, "half-life", "The fair-share half-life")
+        return 0 if value is None else value
+    return None
 
 
 def _fair_sharing_today() -> bool:
