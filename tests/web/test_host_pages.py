@@ -57,7 +57,7 @@ def test_a_command_jobs_page_shows_the_log_limit(
                              instance_type=walkthrough_config.unit.name, executor="local",
                              command="true")
     text = " ".join(client_for(member).get(f"/jobs/{job.pk}").content.decode().split())
-    assert "Output is kept up to 5.0 MB per attempt" in text
+    assert "Output is kept up to 5.0 MB or 1,000,000 lines per attempt" in text
 
 
 def test_the_fleet_page_shows_every_signed_in_user_where_the_instances_are(
