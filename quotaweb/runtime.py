@@ -278,24 +278,24 @@ def refresh_estimates_once(send: Sender | None = None) -> bool:
     return True
 
 
-class Forecaster:
-    """The estimated starts' refresh on a daemon thread of its own, every FORECAST_SECONDS
-    (the in-process sibling of the Celery beat entry): never inside the 1 s cycle's thread
-    or transaction, so a long forecast delays no tick.  The estimates it changed are sent
-    through `send` (send_on_loop in the embedded mode's server; default: from this
-    thread).  `start()`, then `stop()`."""
+class PeriodicThread:
+    """`work` on a daemon thread named `name`, every `period` seconds counted from the end
+    of the last round (rounds never overlap); with `at_start`, a first round at once.
+    `start()`, then `stop()`."""
 
-    def __init__(self, period: float | None = None, send: Sender | None = None) -> None:
-        self._period = period or float(settings.QUOTAWEB["FORECAST_SECONDS"])
-        self._send = send
+    def __init__(self, name: str, period: float, work: Callable[[], object], *,
+                 at_start: bool = False) -> None:
+        self.name = name
+        self._period = period
+        self._work = work
+        self._at_start = at_start
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
         if self._thread is not None:
-            raise RuntimeError("the forecaster is already running")
-        self._thread = threading.Thread(target=self._run, name="quotaweb-forecast",
-                                        daemon=True)
+            raise RuntimeError(f"{self.name} is already running")
+        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
         self._thread.start()
 
     def stop(self, timeout: float = 30.0) -> None:
@@ -303,16 +303,30 @@ class Forecaster:
         if self._thread is not None:
             self._thread.join(timeout)
             if self._thread.is_alive():
-                log.warning("forecast thread did not stop within %.0f s", timeout)
+                log.warning("%s thread did not stop within %.0f s", self.name, timeout)
             self._thread = None
 
     def _run(self) -> None:
         try:
-            # The period counts from the end of a refresh: they never overlap.
+            if self._at_start:
+                self._work()
             while not self._stop.wait(self._period):
-                refresh_estimates_once(self._send)
+                self._work()
         finally:
             connection.close()
+
+
+class Forecaster(PeriodicThread):
+    """The estimated starts' refresh on a daemon thread of its own, every FORECAST_SECONDS
+    (the in-process sibling of the Celery beat entry): never inside the 1 s cycle's thread
+    or transaction, so a long forecast delays no tick.  The estimates it changed are sent
+    through `send` (send_on_loop in the embedded mode's server; default: from this
+    thread).  `start()`, then `stop()`."""
+
+    def __init__(self, period: float | None = None, send: Sender | None = None) -> None:
+        super().__init__("quotaweb-forecast",
+                         period or float(settings.QUOTAWEB["FORECAST_SECONDS"]),
+                         lambda: refresh_estimates_once(send))
 
 
 # Log retention -------------------------------------------------------------------------
@@ -333,35 +347,12 @@ def prune_logs_once() -> bool:
     return True
 
 
-class LogPruner:
+class LogPruner(PeriodicThread):
     """Old logs deleted on a daemon thread of its own, once at start and then every
     LOG_PRUNE_SECONDS (the in-process sibling of the Celery beat entry).  `start()`,
     then `stop()`."""
 
     def __init__(self, period: float | None = None) -> None:
-        self._period = period or float(settings.QUOTAWEB["LOG_PRUNE_SECONDS"])
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        if self._thread is not None:
-            raise RuntimeError("the log pruner is already running")
-        self._thread = threading.Thread(target=self._run, name="quotaweb-log-pruner",
-                                        daemon=True)
-        self._thread.start()
-
-    def stop(self, timeout: float = 30.0) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            if self._thread.is_alive():
-                log.warning("log pruner thread did not stop within %.0f s", timeout)
-            self._thread = None
-
-    def _run(self) -> None:
-        try:
-            prune_logs_once()
-            while not self._stop.wait(self._period):
-                prune_logs_once()
-        finally:
-            connection.close()
+        super().__init__("quotaweb-log-pruner",
+                         period or float(settings.QUOTAWEB["LOG_PRUNE_SECONDS"]),
+                         prune_logs_once, at_start=True)
