@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.conf import settings
 
 from quotaweb import runtime
 from quotaweb.executors.slurm import backend, commands
@@ -335,3 +336,24 @@ def test_an_attempt_whose_instances_span_nodes_is_refused_as_a_platform_error(
     assert attempt.outcome == "FAILED" and attempt.failure == "PLATFORM_ERROR"
     assert "its instances are on 2 nodes" in (attempt.status_reason or "")
     assert not commands.states([attempt.pid or 0])
+
+
+def test_a_hostile_slurm_job_reads_neither_the_data_folder_nor_its_parents_environment(
+    slurm: Path,
+) -> None:
+    # As a hostile member would: the server's key in the data folder, and the environment
+    # of slurmstepd (its parent) and of PID 1, where a server's secrets could be.
+    data = settings.DATA_DIR
+    assert (data / "secret_key").is_file(), "the probe needs the server's key to be there"
+    probe = f"""
+cat {data}/secret_key >/dev/null 2>&1 && echo "read=secret_key" || echo "refused=secret_key"
+ls {data} >/dev/null 2>&1 && echo "read=data_folder" || echo "refused=data_folder"
+tr '\\0' '\\n' < /proc/$PPID/environ >/dev/null 2>&1 && echo "read=parent_env" \
+    || echo "refused=parent_env"
+tr '\\0' '\\n' < /proc/1/environ >/dev/null 2>&1 && echo "read=init_env" || echo "refused=init_env"
+"""
+    job = submit(make_share(), probe, name="hostile")
+    wait_for(lambda: ended(job), "the hostile job to end")
+    output = lines(attempts(job)[0])
+    for what in ("secret_key", "data_folder", "parent_env", "init_env"):
+        assert f"refused={what}" in output, (what, output)
