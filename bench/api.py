@@ -39,7 +39,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,8 @@ REPO = Path(__file__).resolve().parent.parent
 if __package__ in (None, ""):
     # Run as a script: make the repository importable (quotaweb/, scheduler/ and bench/).
     sys.path.insert(0, str(REPO))
+
+from bench.cpu_split import GROUPS, CpuSplit, per_request, postgres_backends  # noqa: E402
 
 DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/quotaweb_bench_api"
 BENCH_REDIS_URL = "redis://127.0.0.1:6379/11"  # serve --workers only
@@ -296,6 +298,7 @@ class Level:
     errors: int
     seconds: float
     statuses: tuple[tuple[int, int], ...] = ()
+    cpu: dict[str, float] | None = None  # CPU seconds per group of processes (cpu_split)
 
     @property
     def per_second(self) -> float:
@@ -346,16 +349,27 @@ def drive(port: int, token: str, clients: int, requests: int, seconds: float,
 
 
 def measure(port: int, token: str, levels: list[int], requests: int,
-            seconds: float) -> list[tuple[Level, Level]]:
+            seconds: float, split: CpuSplit | None = None) -> list[tuple[Level, Level]]:
     rows = []
     for clients in levels:
         prefix = f"c{clients}-"
-        submit = drive(port, token, clients, requests, seconds,
-                       lambda i, p=prefix: ("POST", "/api/v1/jobs", job_body(f"{p}{i}")), 201)
-        read = drive(port, token, clients, requests, seconds,
-                     lambda i: ("GET", "/api/v1/capacity", None), 200)
+        submit = profiled(split, lambda c=clients, p=prefix: drive(
+            port, token, c, requests, seconds,
+            lambda i: ("POST", "/api/v1/jobs", job_body(f"{p}{i}")), 201))
+        read = profiled(split, lambda c=clients: drive(
+            port, token, c, requests, seconds,
+            lambda i: ("GET", "/api/v1/capacity", None), 200))
         rows.append((submit, read))
     return rows
+
+
+def profiled(split: CpuSplit | None, run: Any) -> Level:
+    """run() -> Level, with the CPU each group of processes spent meanwhile (if `split`)."""
+    if split is None:
+        return run()  # type: ignore[no-any-return]
+    split.start()
+    level: Level = run()
+    return replace(level, cpu=split.stop())
 
 
 def measure_batches(port: int, token: str, batches: int, size: int,
@@ -367,6 +381,18 @@ def measure_batches(port: int, token: str, batches: int, size: int,
                   lambda i: ("POST", "/api/v1/jobs/batch", bodies[i]), 201)
     return Level(batch.clients, batch.done * size, batch.errors, batch.seconds,
                  batch.statuses)
+
+
+def cpu_split(server: BenchServer, database: str) -> CpuSplit:
+    from quotaweb import env
+
+    entry = env.database(os.environ["DATABASE_URL"])
+    dsn = {"host": entry["HOST"] or None, "port": entry["PORT"] or None,
+           "user": entry["USER"] or None, "password": entry["PASSWORD"] or None}
+    return CpuSplit(
+        server=lambda: [server.popen.pid] if server.popen is not None else [],
+        cycle=lambda: [server.cycle.pid] if server.cycle is not None else [],
+        postgres_pids=postgres_backends(dsn, database))
 
 
 def print_batches(level: Level, size: int) -> None:
@@ -402,6 +428,28 @@ def print_table(rows: list[tuple[Level, Level]]) -> None:
                 print(f"- {level.clients} clients, {label}: unexpected answers {shown}")
 
 
+def print_profile(rows: list[tuple[Level, Level]], batches: Level | None,
+                  batch_size: int) -> None:
+    """CPU milliseconds per request by group of processes (bench/cpu_split.py): the
+    profile of the whole path on this machine."""
+    print("\n| phase | clients | per second | wall ms each | "
+          + " | ".join(f"{group} CPU ms" for group in GROUPS) + " | total CPU ms |")
+    print("| --- | ---: | ---: | ---: | " + " | ".join("---:" for _ in GROUPS) + " | ---: |")
+    phases = [(label, level) for submit, read in rows
+              for label, level in (("submit", submit), ("capacity read", read))]
+    if batches is not None:
+        phases.append((f"batch of {batch_size:,} (per job)", batches))
+    for label, level in phases:
+        if level.cpu is None or not level.done:
+            continue
+        # A batch Level counts jobs; its CPU is shown per job as well.
+        each = per_request(level.cpu, level.done)
+        wall = 1000.0 * level.seconds * level.clients / level.done
+        print(f"| {label} | {level.clients} | {level.per_second:,.0f} | {wall:.2f} | "
+              + " | ".join(f"{each[group]:.2f}" for group in GROUPS)
+              + f" | {sum(each.values()):.2f} |")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", type=int, nargs="+", default=list(LEVELS))
@@ -413,6 +461,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=1000)
     parser.add_argument("--workers", type=int, default=1,
                         help="serve --workers N (N > 1: distributed mode, Redis db 11)")
+    parser.add_argument("--profile", action="store_true",
+                        help="also print each phase's CPU per request by process group "
+                             "(client, server, cycle, PostgreSQL, other; read from /proc)")
     parser.add_argument("--cycle-in-server", action="store_true",
                         help="the embedded mode's cycle in the server process (default: its "
                              "own process, manage.py run_scheduler, as in the distributed mode)")
@@ -423,10 +474,11 @@ def main(argv: list[str] | None = None) -> int:
         fleet = setup_fleet()
         server_setup = BenchServer(workers=args.workers, cycle_apart=not args.cycle_in_server)
         with running(server_setup) as server:
+            split = cpu_split(server, database) if args.profile else None
             rows = measure(server.port, fleet.token, args.clients, args.requests,
-                           args.seconds)
-            batches = (measure_batches(server.port, fleet.token, args.batches,
-                                       args.batch_size, args.seconds)
+                           args.seconds, split)
+            batches = (profiled(split, lambda: measure_batches(
+                server.port, fleet.token, args.batches, args.batch_size, args.seconds))
                        if args.batches else None)
             problems = server.problems()
     finally:
@@ -438,6 +490,8 @@ def main(argv: list[str] | None = None) -> int:
     print_table(rows)
     if batches is not None:
         print_batches(batches, args.batch_size)
+    if args.profile:
+        print_profile(rows, batches, args.batch_size)
     for line in problems:
         print(f"- server log: {line}")
     return 0
