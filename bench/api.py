@@ -383,6 +383,26 @@ def measure_batches(port: int, token: str, batches: int, size: int,
                  batch.statuses)
 
 
+def cycle_summary() -> str:
+    """The cycles run during the benchmark: how many, and their mean and longest load,
+    plan and apply (CycleRecord), with the most jobs one of them saw."""
+    from django.db import connections
+    from django.db.models import Avg, Count, Max
+
+    from quotaweb.models import CycleRecord
+
+    figures = CycleRecord.objects.aggregate(
+        count=Count("id"), load=Avg("load_ms"), plan=Avg("plan_ms"), apply=Avg("apply_ms"),
+        apply_max=Max("apply_ms"), jobs=Max("jobs"), decisions=Avg("decisions"))
+    connections.close_all()
+    if not figures["count"]:
+        return "no cycle ran"
+    return (f"{figures['count']} cycles; mean load {figures['load']:.0f} ms, plan "
+            f"{figures['plan']:.0f} ms, apply {figures['apply']:.0f} ms (longest "
+            f"{figures['apply_max']:.0f} ms); {figures['decisions']:.0f} decisions each on "
+            f"average; at most {figures['jobs']:,} jobs in one")
+
+
 def cpu_split(server: BenchServer, database: str) -> CpuSplit:
     from quotaweb import env
 
@@ -481,6 +501,7 @@ def main(argv: list[str] | None = None) -> int:
                 server.port, fleet.token, args.batches, args.batch_size, args.seconds))
                        if args.batches else None)
             problems = server.problems()
+        cycles = cycle_summary()
     finally:
         drop_database()
     cycle = "in-process cycle" if args.cycle_in_server else "cycle in its own process"
@@ -492,6 +513,7 @@ def main(argv: list[str] | None = None) -> int:
         print_batches(batches, args.batch_size)
     if args.profile:
         print_profile(rows, batches, args.batch_size)
+    print(f"\n- the cycle meanwhile: {cycles}")
     for line in problems:
         print(f"- server log: {line}")
     return 0
