@@ -108,6 +108,15 @@ def instrument() -> None:
     for name in ("_job_for_token", "_existing", "_repeats", "_find_repeats"):
         wrap(batch, name, "repeats")
     wrap(batch, "_write", "write")
+    wrap(batch, "_unsaved", "row building")
+    # The answer: the representations, then the JSON (the view's own, or ninja's).
+    from quotaweb.read_model import jobs as read_model
+
+    for name in ("new_job_dict", "single_job_dict", "submitted_job_dicts"):
+        wrap(read_model, name, "representations")
+        wrap(routes, name, "representations")
+    wrap(routes, "_job_out", "representations")
+    wrap(routes, "_json_answer", "response JSON")
     wrap(batch, "submit_jobs", "services")
     # The route calls batch_services.submit_jobs through the module: wrapped above.
     operation = routes.router.path_operations["/jobs/batch"].operations[0]
@@ -169,9 +178,12 @@ ROWS = [
     ("shares + permission", "services: shares, units, permission"),
     ("per-job checks", "services: values, fingerprints, client_tokens"),
     ("repeats", "services: used client_tokens looked up"),
-    ("write", "services: insert, admission, events (_write)"),
+    ("row building", "services: the Job objects (_unsaved, inside _write)"),
+    ("write", "services: insert, admission, events (_write, minus row building)"),
     ("services rest", "services: the rest of submit_jobs"),
-    ("view rest", "view: item dumps and the job representations"),
+    ("representations", "view: the jobs' representations (read model)"),
+    ("view rest", "view: the rest (the items' dumps)"),
+    ("response JSON", "view: JobOut's dump and json.dumps (without validation)"),
     ("response validation + JSON", "ninja: response validation, dump and json.dumps"),
     ("other", "Django's handler, middleware, test client"),
     ("decode", "client: json.loads of the answer"),
@@ -186,7 +198,9 @@ def derived(phases: dict[str, float]) -> dict[str, float]:
     inner = sum(phases.get(name, 0.0) for name in (
         "shares + permission", "per-job checks", "repeats", "write"))
     out["services rest"] = max(services - inner, 0.0)
-    out["view rest"] = max(phases.get("view", 0.0) - services, 0.0)
+    out["write"] = max(phases.get("write", 0.0) - phases.get("row building", 0.0), 0.0)
+    out["view rest"] = max(phases.get("view", 0.0) - services - phases.get(
+        "representations", 0.0) - phases.get("response JSON", 0.0), 0.0)
     out["request schema"] = max(phases.get("request schema", 0.0) - phases.get("parse", 0.0),
                                 0.0)
     request = phases.get("request", 0.0)
@@ -207,6 +221,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="every job with a client_token (then each batch sent twice: "
                              "the repeat is timed too)")
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--sort", default="cumulative", help="the profile's order [cumulative]")
+    parser.add_argument("--top", type=int, default=30, help="the profile's rows [30]")
     parser.add_argument("--repo", default=str(repo))
     args = parser.parse_args(argv)
     os.environ.setdefault("DATABASE_URL", DEFAULT_DATABASE_URL)
@@ -259,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {key} | {what} | " + " | ".join(cells) + " |")
     if args.profile:
         print()
-        pstats.Stats(profile).sort_stats("cumulative").print_stats(30)
+        pstats.Stats(profile).sort_stats(args.sort).print_stats(args.top)
     return 0
 
 
