@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.db.models.base import ModelState
+from django.db.models.signals import post_init, pre_init
 
 from ..executors import backends
 from ..models import Job, QuotaShare
@@ -271,32 +273,47 @@ def _unsaved(user: User | None, item: Item) -> Job:
     """The item's job, not yet saved, as `submit_job` makes one (a new object on each
     call: a refused attempt's objects are not used again)."""
     fields = item.cleaned
-    job = Job(*[value(fields) for value in _COLUMNS])
+    values = {**_CONSTANT, **{name: make() for name, make in _FRESH}, **fields,
+              "submitted_priority": fields["priority"],
+              "submitted_keep_alive_seconds": fields["keep_alive_seconds"],
+              "request_fingerprint": item.fingerprint,
+              "executor": backends.kind_for(fields["command"], fields["instance_type"])}
+    if _signalled():
+        job = Job(**values)
+    else:
+        # What Job(**values) does (every column set, then its state), without reading
+        # each argument against the model's fields: a fifth of the time.
+        job = Job.__new__(Job)
+        job._state = ModelState()
+        job.__dict__.update(values)
     job.quota_share = item.share  # the object too: the answer reads its name
     stored = _stored_user(user)
     if stored is not None:
         job.submitted_by = stored
-    job.request_fingerprint = item.fingerprint
-    job.executor = backends.kind_for(fields["command"], fields["instance_type"])
     return job
 
 
-def _column(field: Any) -> Any:
-    """How `_unsaved` reads one column's value from an item's fields: the field, else
-    the column's default (a fresh one where it is mutable, as Django makes them)."""
-    name = field.attname
-    source = {"submitted_priority": "priority",
-              "submitted_keep_alive_seconds": "keep_alive_seconds"}.get(name, name)
-    if source in Submission.model_fields:
-        return lambda fields: fields[source]
-    if field.has_default() and callable(field.default):
-        return lambda fields: field.default()
-    default = field.get_default()
-    return lambda fields: default
+def _defaults() -> tuple[dict[str, Any], list[tuple[str, Any]]]:
+    """Job's columns that a submission does not give: (the constant defaults, the
+    mutable ones with the callables that make them fresh for each job)."""
+    constant: dict[str, Any] = {}
+    fresh: list[tuple[str, Any]] = []
+    for field in Job._meta.concrete_fields:
+        if field.attname in Submission.model_fields:
+            continue
+        if field.has_default() and callable(field.default):
+            fresh.append((field.attname, field.default))
+        else:
+            constant[field.attname] = field.get_default()
+    return constant, fresh
 
 
-# Every column of Job, in the order its positional constructor takes them.
-_COLUMNS = [_column(field) for field in Job._meta.concrete_fields]
+_CONSTANT, _FRESH = _defaults()
+
+
+def _signalled() -> bool:
+    """Whether anything listens to Job's construction (then it is constructed as usual)."""
+    return pre_init.has_listeners(Job) or post_init.has_listeners(Job)
 
 
 def _reload_tokens(user: User | None, checked: list[Item]) -> list[Item]:
