@@ -40,7 +40,6 @@ import pstats
 import statistics
 import sys
 import time
-from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -59,17 +58,18 @@ def _repo_first(argv: list[str]) -> Path:
     return repo
 
 
-TIMES: dict[str, list[float]] = defaultdict(list)
 _OPEN: dict[str, float] = {}
 
 
 @contextmanager
 def timed(phase: str) -> Iterator[None]:
-    start = time.perf_counter()
+    """Adds the wall time to `phase` and this process's CPU time to `phase CPU`."""
+    start, cpu = time.perf_counter(), time.process_time()
     try:
         yield
     finally:
         _OPEN[phase] = _OPEN.get(phase, 0.0) + time.perf_counter() - start
+        _OPEN[f"{phase} CPU"] = _OPEN.get(f"{phase} CPU", 0.0) + time.process_time() - cpu
 
 
 def wrap(owner: Any, name: str, phase: str) -> bool:
@@ -187,26 +187,29 @@ ROWS = [
     ("response validation + JSON", "ninja: response validation, dump and json.dumps"),
     ("other", "Django's handler, middleware, test client"),
     ("decode", "client: json.loads of the answer"),
-    ("total", "end to end, wall"),
-    ("total CPU", "end to end, this process's CPU"),
+    ("total", "end to end"),
 ]
+# The phases that are not the write (services/batch.py _write), summed.
+NOT_WRITE = [key for key, _ in ROWS if key not in ("write", "total", "encode", "decode")]
 
 
 def derived(phases: dict[str, float]) -> dict[str, float]:
+    """The phases that are differences (a wrapper's time minus what it wraps), for the
+    wall times and for the CPU times ("... CPU")."""
     out = dict(phases)
-    services = phases.get("services", 0.0)
-    inner = sum(phases.get(name, 0.0) for name in (
-        "shares + permission", "per-job checks", "repeats", "write"))
-    out["services rest"] = max(services - inner, 0.0)
-    out["write"] = max(phases.get("write", 0.0) - phases.get("row building", 0.0), 0.0)
-    out["view rest"] = max(phases.get("view", 0.0) - services - phases.get(
-        "representations", 0.0) - phases.get("response JSON", 0.0), 0.0)
-    out["request schema"] = max(phases.get("request schema", 0.0) - phases.get("parse", 0.0),
-                                0.0)
-    request = phases.get("request", 0.0)
-    out["other"] = max(request - phases.get("auth", 0.0) - phases.get("request schema", 0.0)
-                       - phases.get("view", 0.0)
-                       - phases.get("response validation + JSON", 0.0), 0.0)
+    for tail in ("", " CPU"):
+        def get(name: str, tail: str = tail) -> float:
+            return phases.get(name + tail, 0.0)
+
+        inner = sum(get(name) for name in (
+            "shares + permission", "per-job checks", "repeats", "write"))
+        out["services rest" + tail] = max(get("services") - inner, 0.0)
+        out["write" + tail] = max(get("write") - get("row building"), 0.0)
+        out["view rest" + tail] = max(get("view") - get("services") - get("representations")
+                                      - get("response JSON"), 0.0)
+        out["request schema" + tail] = max(get("request schema") - get("parse"), 0.0)
+        out["other" + tail] = max(get("request") - get("auth") - get("request schema")
+                                  - get("view") - get("response validation + JSON"), 0.0)
     return out
 
 
@@ -264,14 +267,24 @@ def main(argv: list[str] | None = None) -> int:
           f"{', '.join(f'{x:.2f}' for x in os.getloadavg())})\n")
     print(f"reference (sort of 200,000 tuples): {reference:.1f} ms\n")
     columns = [("new jobs", runs)] + ([("repeats", repeats)] if repeats else [])
-    print("| phase | what | " + " | ".join(f"{label} ms / 1,000 | ÷ reference"
-                                            for label, _ in columns) + " |")
-    print("| --- | --- | " + " | ".join("---: | ---:" for _ in columns) + " |")
-    for key, what in ROWS:
+    print("| phase | what | " + " | ".join(
+        f"{label}: wall ms / 1,000 | CPU ms / 1,000 | wall ÷ reference"
+        for label, _ in columns) + " |")
+    print("| --- | --- | " + " | ".join("---: | ---: | ---:" for _ in columns) + " |")
+
+    def median(rows: list[dict[str, float]], key: str) -> float:
+        return 1000.0 * per * statistics.median(row.get(key, 0.0) for row in rows)
+
+    for key, what in [*ROWS, ("server, not the write", "the phases above but the client's "
+                              "and the write")]:
         cells = []
         for _, rows in columns:
-            value = 1000.0 * per * statistics.median(row.get(key, 0.0) for row in rows)
-            cells.append(f"{value:.1f} | {value / reference:.2f}")
+            if key == "server, not the write":
+                rows = [{key: sum(row.get(name, 0.0) for name in NOT_WRITE),
+                         f"{key} CPU": sum(row.get(f"{name} CPU", 0.0) for name in NOT_WRITE)}
+                        for row in rows]
+            wall, cpu = median(rows, key), median(rows, f"{key} CPU")
+            cells.append(f"{wall:.1f} | {cpu:.1f} | {wall / reference:.2f}")
         print(f"| {key} | {what} | " + " | ".join(cells) + " |")
     if args.profile:
         print()
