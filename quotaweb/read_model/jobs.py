@@ -233,9 +233,10 @@ def submitted_job_dicts(results: Sequence[tuple[Job, bool]], reader: Callable[[]
         listed = [rows[pk] for pk in dict.fromkeys(repeated)]
         again = {job.pk: shown for job, shown in zip(listed, job_dicts(listed, reader()),
                                                      strict=True)}
-    return [job_dict(job, View(secrets=True, position=places.get(job.pk), now=now,
-                               fresh=True)) if created else again[job.pk]
-            for job, created in results]
+    unplaced = View(secrets=True, now=now, fresh=True)  # most new jobs: not RUNNABLE yet
+    return [(job_dict(job, unplaced if job.pk not in places else View(
+        secrets=True, position=places[job.pk], now=now, fresh=True)))
+            if created else again[job.pk] for job, created in results]
 
 
 # The websocket's summary --------------------------------------------------------------
