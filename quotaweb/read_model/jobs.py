@@ -216,6 +216,29 @@ def new_job_dict(job: Job) -> dict[str, Any]:
     return job_dict(job, View(secrets=True, position=position(job), fresh=True))
 
 
+def submitted_job_dicts(results: Sequence[tuple[Job, bool]], reader: Callable[[], Reader]
+                        ) -> list[dict[str, Any]]:
+    """A batch's answer, in its order: each job it created as `new_job_dict` says it, each
+    repeat (created False) as `single_job_dict` does, in a fixed number of queries
+    whatever the batch's length: the positions of the new RUNNABLE jobs (one, none when
+    none is), and for the repeats, their rows, positions and the reader's shares
+    (`reader` is asked only then)."""
+    now = timezone.now()
+    new = [job for job, created in results if created]
+    places = positions(new)
+    repeated = [job.pk for job, created in results if not created]
+    again: dict[int, dict[str, Any]] = {}
+    if repeated:
+        rows = {job.pk: job for job in job_rows().filter(pk__in=repeated)}
+        listed = [rows[pk] for pk in dict.fromkeys(repeated)]
+        again = {job.pk: shown for job, shown in zip(listed, job_dicts(listed, reader()),
+                                                     strict=True)}
+    unplaced = View(secrets=True, now=now, fresh=True)  # most new jobs: not RUNNABLE yet
+    return [(job_dict(job, unplaced if job.pk not in places else View(
+        secrets=True, position=places[job.pk], now=now, fresh=True)))
+            if created else again[job.pk] for job, created in results]
+
+
 # The websocket's summary --------------------------------------------------------------
 
 SUMMARY_FIELDS = ("id", "name", "quota_share", "priority", "status", "pending_reason",

@@ -3,12 +3,19 @@ order, with each refused item named by its index (docs/api.md, Jobs)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 
 import pytest
+from django.db import connection
+from django.db.models.signals import pre_init
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 
-from quotaweb.models import Event, Job, QuotaShare
+from quotaweb.api.schemas import jobs as job_schemas
+from quotaweb.models import Event, Job, QuotaShare, WarmPoolSegment
+from quotaweb.services import batch as batch_services
+from quotaweb.services.submission import request_fingerprint
 
 from . import test_api_helpers as helpers
 from .test_api_helpers import Api, World, assert_error, state, submission
@@ -167,3 +174,205 @@ def test_the_submit_form_submits_a_sweep_named_from_its_pattern(world: World) ->
     assert list(Job.objects.filter(name__startswith="plain").values_list("name", flat=True)
                 .order_by("id")) == ["plain-1", "plain-2"]
     assert browser.post("/submit", sweep_form(count="1001")).status_code == 422
+
+
+# The answer: each job as GET /jobs/{id} shows it, byte for byte -------------------------
+
+FULL = {"priority": 7, "instance_count": 2, "keep_alive_seconds": 0, "role": "r",
+        "volume_size_gb": 5, "volume_kms_key_id": "k", "security_group_ids": ["sg-1", "sg-2"],
+        "subnets": ["s"], "enable_network_isolation": True, "retry_attempts": 3,
+        "preemption_retries_before_termination": 2, "max_runtime_seconds": 600,
+        "min_runtime_seconds": 0, "environment": {"A": "é", "B": "2"}}
+# (In jsonb's key order: a job read back lists its environment so; a new job's answer, as
+# POST /jobs's, in the order sent.)
+
+
+def raw_post(client: Api, body: object) -> tuple[int, bytes, str]:
+    response = client.client.post(URL, json.dumps(body), content_type="application/json",
+                                  headers=client.headers)
+    return response.status_code, response.content, response["Content-Type"]
+
+
+def shown_one_by_one(client: Api, ids: list[int]) -> bytes:
+    """{"jobs": [...]} as ninja writes it, from each job's GET /jobs/{id}."""
+    answers = [client.client.get(f"/api/v1/jobs/{job_id}", headers=client.headers)
+               for job_id in ids]
+    assert all(answer.status_code == 200 for answer in answers)
+    return b'{"jobs": [' + b", ".join(answer.content for answer in answers) + b"]}"
+
+
+def test_a_batch_answers_each_job_as_get_job_shows_it_byte_for_byte(api: ApiFor) -> None:
+    member = api("member")
+    batch = {"jobs": [submission(name="plain"),
+                      submission(name="full", client_token="b-0", **FULL),
+                      submission(name="tok", client_token="b-1", priority=3),
+                      submission(name="tok2", client_token="b-2")]}
+    status, content, kind = raw_post(member, batch)
+    assert status == 201 and kind == "application/json; charset=utf-8", content
+    ids = [job["id"] for job in json.loads(content)["jobs"]]
+    assert content == shown_one_by_one(member, ids)
+    # Repeats (read back) beside a new job; one of them RUNNABLE (its position), one
+    # with an attempt.
+    Job.objects.filter(pk=ids[2]).update(status="RUNNABLE", pending_code="WAITING_FOR_CAPACITY")
+    helpers.attempt(Job.objects.get(pk=ids[3]), outcome="PREEMPTED", kind="IN_SHARE")
+    Job.objects.filter(pk=ids[3]).update(status="RUNNABLE", preempted_count=1)
+    helpers.available_pool(Job.objects.get(pk=ids[1]), retained=12.5)  # ended, a pool
+    WarmPoolSegment.objects.filter(job_id=ids[1]).update(status="Terminated")
+    again = {"jobs": [batch["jobs"][3], submission(name="new"), batch["jobs"][2],
+                      {**batch["jobs"][1], "client_token": "b-0"}]}
+    status, content, _ = raw_post(member, again)
+    assert status == 201, content
+    shown = json.loads(content)["jobs"]
+    assert [job["id"] for job in shown][::2] == [ids[3], ids[2]] and shown[3]["id"] == ids[1]
+    assert shown[3]["warm_pool"]["retained_billable_seconds"] == 12.5
+    assert shown[2]["position"] == 1 and shown[0]["position"] == 2  # priority 3 first
+    assert content == shown_one_by_one(member, [job["id"] for job in shown])
+    # Every item a repeat: 200, and the same answer.
+    status, content, _ = raw_post(member, {"jobs": [batch["jobs"][2], batch["jobs"][3]]})
+    assert status == 200 and content == shown_one_by_one(member, [ids[2], ids[3]])
+
+
+def test_a_batch_costs_the_same_queries_whatever_its_length(api: ApiFor) -> None:
+    """No query per job: not for the checks, the repeats, nor the answer."""
+    member = api("member")
+
+    def queries(count: int, start: int) -> tuple[int, int]:
+        batch = {"jobs": [submission(name=f"q{n}", client_token=f"q-{n}")
+                          for n in range(start, start + count)]}
+        counted = []
+        for _ in range(2):  # created, then every item repeated
+            with CaptureQueriesContext(connection) as done:
+                status, content, _ = raw_post(member, batch)
+            assert status in (200, 201), content
+            counted.append(len(done))
+        return counted[0], counted[1]
+
+    queries(2, 1000)  # warm (the token's last use is written once a minute)
+    assert queries(3, 0) == queries(40, 100)
+
+
+@pytest.mark.parametrize("listened", [False, True], ids=["plain", "init-signals"])
+def test_a_batch_job_is_stored_as_the_same_single_submission(
+        api: ApiFor, listened: bool) -> None:
+    """Every column of a batch's job as POST /jobs stores it (the batch builds its rows
+    its own way; as Django does when something listens to Job's construction)."""
+    member = api("member")
+    made: list[object] = []
+
+    def heard(sender: object, **kwargs: object) -> None:
+        made.append(sender)
+
+    if listened:
+        pre_init.connect(heard, sender=Job)
+    try:
+        fields = submission(**FULL, client_token="same-fields")
+        status, body = member.post(URL, {"jobs": [fields, submission(name="other")]})
+    finally:
+        pre_init.disconnect(heard, sender=Job)
+    assert status == 201, body
+    assert bool(made) == listened
+    status, single = member.post("/api/v1/jobs", {**fields, "client_token": "other-token"})
+    assert status == 201, single
+    batch_row, single_row = (Job.objects.filter(pk=pk).values().get()
+                             for pk in (body["jobs"][0]["id"], single["id"]))
+    different = {"id", "created_at", "client_token", "request_fingerprint"}
+    assert {key: value for key, value in batch_row.items() if key not in different} == {
+        key: value for key, value in single_row.items() if key not in different}
+    assert (batch_row["submitted_priority"], batch_row["submitted_keep_alive_seconds"]) == (
+        7, 0)
+    assert batch_row["request_fingerprint"] == request_fingerprint(fields)
+
+
+# The fingerprint that recognises a repeat: stored, so it never changes ----------------
+
+PINNED_FINGERPRINTS = [
+    ({"name": "sweep-1", "quota_share": "QS1", "instance_type": "ml.g5.xlarge",
+      "duration_seconds": 30},
+     "15fa391cd61ddf8068a5d6d330f8bb2035f89eb6c7437f4b8c3592a007870e72"),
+    ({"name": "full", "quota_share": "QS1", "instance_type": "ml.g5.xlarge", **FULL,
+      "keep_alive_seconds": 60, "min_runtime_seconds": 30, "enable_network_isolation": True,
+      "enable_inter_container_traffic_encryption": False, "command": "echo hi",
+      "client_token": "tok-1"},
+     "389b6a9a9e0bc206c7e4492a6f010e545c016507f633facddf5a4642d693080c"),
+]
+
+
+@pytest.mark.parametrize(("fields", "fingerprint"), PINNED_FINGERPRINTS)
+def test_the_request_fingerprint_is_pinned(fields: dict[str, object], fingerprint: str) -> None:
+    assert request_fingerprint(fields) == fingerprint
+
+
+def test_a_batch_stores_the_same_fingerprint_as_a_single_submission(api: ApiFor) -> None:
+    fields, fingerprint = PINNED_FINGERPRINTS[0]
+    status, body = api("member").post(URL, {"jobs": [fields]})
+    assert status == 201, body
+    assert Job.objects.get(pk=body["jobs"][0]["id"]).request_fingerprint == fingerprint
+
+
+# Refusals read as they always did, whichever way the batch was checked -----------------
+
+BAD_ITEMS = [
+    {"priority": 10_000}, {"priority": True}, {"instance_count": "two"}, {"unknown": 1},
+    {"name": "bad name"}, {"quota_share": "nope"}, {"instance_type": "ml.unknown"},
+    {"keep_alive_seconds": 10**9}, {"min_runtime_seconds": 10**6}, {"environment": {"": "x"}},
+    {"command": "echo", "duration_seconds": 5}, {"duration_seconds": None},
+    {"client_token": ""}, {"subnets": ["x" * 300]}, {"name": "a\x00b"},
+    {"environment": {"A": "\ud800"}}, {"role": "r\\u0000"},
+]
+
+
+def one_by_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Turn off the checks of a whole batch at once (JobBatchIn's and the services'):
+    every item checked alone, as before they existed."""
+    monkeypatch.setattr(job_schemas, "_valid_batch", lambda data: None)
+    monkeypatch.setattr(batch_services, "check_all", lambda items: None)
+
+
+@pytest.mark.parametrize("bad", BAD_ITEMS, ids=[str(item) for item in BAD_ITEMS])
+def test_a_bad_item_is_refused_as_when_each_item_was_checked_alone(
+        api: ApiFor, bad: dict[str, object], monkeypatch: pytest.MonkeyPatch) -> None:
+    member = api("member")
+    batch = {"jobs": [submission(name="good"), submission(**bad), submission(priority=-1)]}
+    status, body = member.post(URL, batch)
+    with monkeypatch.context() as patched:
+        one_by_one(patched)
+        alone_status, alone = member.post(URL, batch)
+    assert status == alone_status == 422 and body == alone, (body, alone)
+
+
+def test_refusals_that_depend_on_the_share_keep_their_words(
+        api: ApiFor, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every item a valid Submission (so checked at once): what the share refuses is said
+    item by item, in submit_job's words."""
+    from quotaweb.services.submission_schema import check_all
+
+    answers: list[object] = []
+
+    def spied(items: list[object]) -> object:
+        answers.append(check_all(items))
+        return answers[-1]
+
+    monkeypatch.setattr(batch_services, "check_all", spied)
+    batch = {"jobs": [submission(**bad) for bad in BAD_ITEMS[5:9]]}
+    status, body = api("member").post(URL, batch)
+    assert answers and answers[0] is not None, "the batch was checked at once"
+    assert status == 422 and body["error"] == {
+        "code": "VALIDATION_ERROR",
+        "message": "4 of 4 jobs cannot be submitted; nothing was submitted.",
+        "fields": {
+            "jobs[0].quota_share": ["Quota share nope does not exist."],
+            "jobs[1].instance_type": ["Quota share QS1 has no capacity limit for ml.unknown; "
+                                      "use one of ml.g5.xlarge."],
+            "jobs[2].keep_alive_seconds": ["keep_alive_seconds 1000000000 is above quota "
+                                           "share QS1's cap of 3600."],
+            "jobs[3].min_runtime_seconds": ["min_runtime_seconds 1000000 is above quota share "
+                                            "QS1's minimum runtime of 0."]}}, body
+
+
+def test_a_valid_batch_is_accepted_either_way(api: ApiFor,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    batch = {"jobs": [submission(name="a", **FULL), submission(name="b", role="r\\u0000"),
+                      submission(name="c", environment={"K": "😀"})]}
+    assert api("member").post(URL, batch)[0] == 201
+    one_by_one(monkeypatch)
+    assert api("member").post(URL, batch)[0] == 201
