@@ -13,7 +13,6 @@ from typing import Any, TypeAlias
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import IntegrityError, transaction
-from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from scheduler.decisions import PoolTermination
@@ -23,14 +22,14 @@ from scheduler.lifecycle import Outcome, keep_alive_expiry, leaves_warm_pool
 from scheduler.model import JobStatus as EngineJobStatus
 
 from ..executors import backends
-from ..models import Attempt, CapacityLimit, Job, QuotaShare, WarmPool, WarmPoolSegment
+from ..models import Attempt, Job, QuotaShare, WarmPool, WarmPoolSegment
 from ..models.jobs import ACTIVE_STATUSES
 from ..models.warm_pools import PoolStatus
 from ..scheduling import events
 from ..scheduling.attempts import end_available_pool, release
 from ..scheduling.clock import from_engine
 from ..scheduling.effects import Writer, ending, warm_room
-from . import admission, values
+from . import admission, share_lookup, values
 from .errors import Conflict, Forbidden, NotFound, Problems, ValidationFailed
 from .permissions import can_write_share
 from .submission import (
@@ -173,20 +172,9 @@ def _share_for(value: object, user: User | None = None, unit: object = None) -> 
     name = value.name if isinstance(value, QuotaShare) else value
     if not isinstance(name, str) or not name:
         raise ValidationFailed({"quota_share": ["quota_share is required."]})
-    shares = QuotaShare.live.filter(name=name)
     stored = _stored_user(user)
-    if stored is not None:
-        shares = shares.annotate(member_flag=Exists(QuotaShare.members.through.objects.filter(
-            quotashare_id=OuterRef("pk"), user_id=stored.pk)))
-    if isinstance(unit, str):
-        shares = shares.annotate(unit_flag=Exists(CapacityLimit.objects.filter(
-            quota_share_id=OuterRef("pk"), capacity_unit=unit)))
-    share = shares.first()
-    if share is not None:
-        if stored is not None:
-            share.known_member = (stored.pk, share.member_flag)
-        if isinstance(unit, str):
-            share.known_unit = (unit, share.unit_flag)
+    share = share_lookup.find_share(name, stored.pk if stored is not None else None,
+                                    unit if isinstance(unit, str) else None)
     if share is None:
         raise ValidationFailed({"quota_share": [f"Quota share {name} does not exist."]})
     return share
