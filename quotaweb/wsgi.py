@@ -21,12 +21,15 @@ from django.http import HttpRequest, HttpResponseBase
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "quotaweb.settings")
 
 API_PREFIX = "/api/"
+# The browsable documentation is a page: it sets the CSRF cookie for its "try it out" calls.
+FULL_STACK_PATHS = ("/api/v1/docs",)
 
 
 def is_bearer_api_request(request: HttpRequest) -> bool:
-    """/api/… with an Authorization header whose scheme is Bearer (any case, as the API
-    reads it)."""
-    if not request.path_info.startswith(API_PREFIX):
+    """/api/… (its documentation page excepted) with an Authorization header whose
+    scheme is Bearer (any case, as the API reads it)."""
+    path = request.path_info
+    if not path.startswith(API_PREFIX) or path.startswith(FULL_STACK_PATHS):
         return False
     scheme = request.META.get("HTTP_AUTHORIZATION", "").partition(" ")[0]
     return scheme.lower() == "bearer"
