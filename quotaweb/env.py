@@ -98,6 +98,28 @@ def lockout(name: str, default: str) -> list[str | list[str]]:
     return groups
 
 
+# channels_redis waits for a socket's next message with a blocking pop of 5 s
+# (RedisChannelLayer.brpop_timeout); redis-py 8 reads with a 5 s socket timeout by default,
+# which ends that wait first and closes every idle websocket with 1011 (channels_redis
+# issue 422).  The read waits this long instead: a Redis that went away still shows.
+CHANNEL_LAYER_SOCKET_TIMEOUT = 15
+
+
+def redis_channel_layer(url: str) -> dict[str, object]:
+    """settings.CHANNEL_LAYERS["default"] on the Redis at `url`."""
+    return {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {
+            "hosts": [{"address": url, "socket_timeout": CHANNEL_LAYER_SOCKET_TIMEOUT,
+                       "socket_connect_timeout": 5}],
+            # A dashboard stays open for days: without a longer group_expiry (one day by
+            # default) channels_redis silently drops its socket from the group.
+            "group_expiry": 7 * 86_400,
+            "capacity": 1000,
+        },
+    }
+
+
 POOL_WAIT_SECONDS = 30
 
 

@@ -166,14 +166,7 @@ else:
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 if REDIS_URL:
-    CHANNEL_LAYERS = {
-        "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
-            # A dashboard stays open for days: without a longer group_expiry (one day by
-            # default) channels_redis silently drops its socket from the group.
-            "CONFIG": {"hosts": [REDIS_URL], "group_expiry": 7 * 86_400, "capacity": 1000},
-        }
-    }
+    CHANNEL_LAYERS = {"default": env.redis_channel_layer(REDIS_URL)}
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
