@@ -121,6 +121,7 @@ def redis_channel_layer(url: str) -> dict[str, object]:
 
 
 POOL_WAIT_SECONDS = 30
+POOL_CHECK_IDLE_SECONDS = 2.0
 
 
 def database(url: str, *, pool_size: int = 10) -> dict[str, object]:
@@ -141,15 +142,18 @@ def database(url: str, *, pool_size: int = 10) -> dict[str, object]:
     if not name:
         raise ImproperlyConfigured("DATABASE_URL must name a database: postgres://…/NAME.")
     return {
-        "ENGINE": "django.db.backends.postgresql",
+        # Django's backend, with the pool's check only after idleness (quotaweb/postgresql).
+        "ENGINE": "quotaweb.postgresql",
         "NAME": unquote(name),
         "USER": unquote(parsed.username or ""),
         "PASSWORD": unquote(parsed.password or ""),
         "HOST": parsed.hostname or "",
         "PORT": str(parsed.port or ""),
         "CONN_MAX_AGE": 0,
-        # With the pool, a connection is checked before it is handed out: one whose
-        # backend was terminated is replaced instead of failing the request.
+        # With the pool, a connection idle in it longer than POOL_CHECK_IDLE_SECONDS is
+        # checked before it is handed out: one whose backend was terminated is replaced
+        # instead of failing the request.  One returned less long ago is handed out as it
+        # is (no round trip per request): quotaweb/postgresql/base.py.
         "CONN_HEALTH_CHECKS": True,
         # A request waits up to POOL_WAIT_SECONDS for a connection: submissions queue
         # behind a cycle that holds the event lock while it applies (seconds, when it
