@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -127,6 +128,9 @@ def _healthy(url: str) -> bool:
 @pytest.fixture
 def front(tmp_path: Path) -> Iterator[Front]:
     nginx = nginx_binary()
+    if shutil.which(REDIS_SERVER) is None:
+        pytest.fail("redis-server not found: the proxy test runs a Redis of its own as the "
+                    "channel layer (Debian package redis-server).", pytrace=False)
     name = f"quotaweb_proxy_{os.getpid()}"
     _create_database(name)
     redis_port, web_port, ws_port, proxy_port = (free_port() for _ in range(4))
