@@ -132,7 +132,9 @@ def database(url: str, *, pool_size: int = 10) -> dict[str, object]:
     ASGI each request runs its sync code on a thread of its own, and a connection kept by
     such a thread is never reused nor closed, so the server runs out of connection slots
     (Django's deployment notes for ASGI).  Opening a PostgreSQL connection costs about
-    8 ms here; the pool pays it once."""
+    8 ms here; the pool pays it once.  Under gunicorn (quotaweb/gunicorn_conf.py) each
+    thread takes a pooled connection per request, so `pool_size` must be at least the
+    threads per process (gunicorn_conf refuses to start otherwise)."""
     parsed = urlparse(url)
     if parsed.scheme not in ("postgres", "postgresql", "pgsql"):
         raise ImproperlyConfigured(

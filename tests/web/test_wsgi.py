@@ -195,3 +195,35 @@ def test_pages_and_the_session_api_answer_through_the_wsgi_application(world: Wo
     assert status.startswith("403") and json.loads(body)["error"]["code"] == "CSRF_FAILED"
     status, headers, _ = call(application, "get", "/static/quotaweb/style.css")
     assert status.startswith("200")
+
+
+def test_gunicorn_conf_reads_its_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib
+
+    from django.core.exceptions import ImproperlyConfigured
+
+    from quotaweb import gunicorn_conf
+
+    for name in ("QUOTAWEB_WEB_BIND", "QUOTAWEB_WEB_WORKERS", "QUOTAWEB_WEB_THREADS",
+                 "QUOTAWEB_WEB_ACCESS_LOG", "DATABASE_POOL_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    try:
+        conf = importlib.reload(gunicorn_conf)
+        assert (conf.worker_class, conf.workers, conf.threads) == ("gthread", 2, 4)
+        assert conf.bind == ["127.0.0.1:8000"] and conf.accesslog is None
+        assert conf.wsgi_app == "quotaweb.wsgi:application"
+        assert conf.secure_scheme_headers == {}  # Django decides about X-Forwarded-Proto
+        monkeypatch.setenv("QUOTAWEB_WEB_BIND", "0.0.0.0:9000")
+        monkeypatch.setenv("QUOTAWEB_WEB_WORKERS", "3")
+        monkeypatch.setenv("QUOTAWEB_WEB_THREADS", "8")
+        monkeypatch.setenv("QUOTAWEB_WEB_ACCESS_LOG", "1")
+        conf = importlib.reload(gunicorn_conf)
+        assert (conf.bind, conf.workers, conf.threads, conf.accesslog) == (
+            ["0.0.0.0:9000"], 3, 8, "-")
+        # Each thread holds a pooled connection while it serves a request.
+        monkeypatch.setenv("DATABASE_POOL_SIZE", "4")
+        with pytest.raises(ImproperlyConfigured, match="DATABASE_POOL_SIZE"):
+            importlib.reload(gunicorn_conf)
+    finally:
+        monkeypatch.undo()
+        importlib.reload(gunicorn_conf)
