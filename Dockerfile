@@ -1,5 +1,6 @@
 # Quotaweb's image for the distributed mode (docker-compose.yml): one image, several roles
-# (web, executor worker, tick worker, beat), chosen by the command.
+# (web: gunicorn, websockets: Daphne, executor worker, tick worker, beat), chosen by the
+# command.  nginx runs from its own image in front (deploy/nginx).
 FROM python:3.11-slim
 
 # PYTHONPATH: templates/ and static/ sit beside the package in the source tree, not in the

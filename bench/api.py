@@ -9,10 +9,13 @@ Run by hand, never by tests:
 
 It creates the PostgreSQL database quotaweb_bench_api (DATABASE_URL may name another whose
 name contains "bench"), migrates it, sets up one capacity unit, one LEND_AND_BORROW share
-and a member with an API token, then starts `manage.py serve` on 127.0.0.1 (embedded
-channel layer, simulated executor) and the cycle in a process of its own (`manage.py
-run_scheduler`, as in the distributed mode; `--cycle-in-server`: in the server's process,
-as in the embedded mode).  Each level runs
+and a member with an API token, then starts the web server on 127.0.0.1 (embedded channel
+layer, simulated executor): `--server gunicorn` (the default, as in the distributed mode:
+quotaweb/gunicorn_conf.py, 2 processes × 4 threads unless `--workers`/`--threads` say
+otherwise) or `--server daphne` (`manage.py serve`, as before issue 23).  The cycle runs
+in a process of its own (`manage.py run_scheduler`, as in the distributed mode;
+`--cycle-in-server`, Daphne only: in the server's process, as in the embedded mode).
+Each level runs
 `--requests` POST /api/v1/jobs spread over N threads, each with its own keep-alive
 connection (http.client), stopping early at `--seconds`; then as many GET /api/v1/capacity
 with the same token and threads.  Ratio = submissions/s ÷ capacity reads/s.  Then
@@ -158,13 +161,21 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+SERVERS = ("gunicorn", "daphne")
+
+
 @dataclass
 class BenchServer:
-    """`manage.py serve` on 127.0.0.1 as a subprocess (its own process group), with this
-    process's DATABASE_URL; its output goes to a temporary log."""
+    """The web server on 127.0.0.1 as a subprocess (its own process group), with this
+    process's DATABASE_URL; its output goes to a temporary log.  `server`: "daphne"
+    (`manage.py serve`) or "gunicorn" (quotaweb/gunicorn_conf.py)."""
 
     port: int = field(default_factory=free_port)
-    workers: int = 1  # more than one: the distributed mode (Redis db 11), serve --workers
+    # Daphne: more than one is the distributed mode (Redis db 11), serve --workers.
+    # gunicorn: its processes (0: gunicorn_conf's default).
+    workers: int = 1
+    server: str = "daphne"
+    threads: int = 0  # gunicorn's threads per process (0: gunicorn_conf's default)
     # The cycle in a process of its own (`manage.py run_scheduler`), as in the distributed
     # mode, rather than in the server's (the embedded mode).
     cycle_apart: bool = False
@@ -182,9 +193,14 @@ class BenchServer:
         return Path(self.data_dir.name) / "serve.log"
 
     def start(self, timeout: float = 30.0) -> None:
+        if self.server not in SERVERS:
+            raise SystemExit(f"--server must be one of {', '.join(SERVERS)}")
+        if self.server == "gunicorn" and not self.cycle_apart:
+            raise SystemExit("the cycle runs in the server's process under Daphne only "
+                             "(--server daphne --cycle-in-server)")
         env = {**os.environ, "QUOTAWEB_DATA_DIR": self.data_dir.name,
                "QUOTAWEB_LOCAL_EXECUTOR": "false"}
-        if self.workers > 1:
+        if self.server == "daphne" and self.workers > 1:
             env.update(REDIS_URL=BENCH_REDIS_URL, SECRET_KEY="bench-" + "x" * 50,
                        ALLOWED_HOSTS="127.0.0.1,localhost", QUOTAWEB_IN_PROCESS_SCHEDULER="1")
         if self.cycle_apart:
@@ -194,21 +210,54 @@ class BenchServer:
                     [sys.executable, str(REPO / "manage.py"), "run_scheduler"], cwd=REPO,
                     env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                     start_new_session=True)
+        if self.server == "gunicorn":
+            env["QUOTAWEB_WEB_BIND"] = f"127.0.0.1:{self.port}"
+            if self.workers:
+                env["QUOTAWEB_WEB_WORKERS"] = str(self.workers)
+            if self.threads:
+                env["QUOTAWEB_WEB_THREADS"] = str(self.threads)
+            command = [sys.executable, "-m", "gunicorn", "-c", "python:quotaweb.gunicorn_conf"]
+        else:
+            command = [sys.executable, str(REPO / "manage.py"), "serve", "--host",
+                       "127.0.0.1", "--port", str(self.port), "--workers", str(self.workers)]
         with self.log_path.open("wb") as log:
             self.popen = subprocess.Popen(
-                [sys.executable, str(REPO / "manage.py"), "serve", "--host", "127.0.0.1",
-                 "--port", str(self.port), "--workers", str(self.workers)],
-                cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                command, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=log,
                 stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.popen.poll() is not None:
                 raise SystemExit(f"the server exited:\n{self.tail()}")
-            if self.log_path.read_bytes().count(b"is running at") >= self.workers:
+            if self._ready():
                 return
             time.sleep(0.2)
         self.stop()
         raise SystemExit(f"the server did not start in {timeout:g} s:\n{self.tail()}")
+
+    def _ready(self) -> bool:
+        if self.server == "daphne":
+            return self.log_path.read_bytes().count(b"is running at") >= self.workers
+        booted = self.log_path.read_bytes().count(b"Booting worker")
+        if booted < max(self.workers, 1):
+            return False
+        try:  # any answer: /healthz is 503 until the first cycle
+            with contextlib.closing(http.client.HTTPConnection("127.0.0.1", self.port,
+                                                                timeout=5)) as probe:
+                probe.request("GET", "/healthz")
+                probe.getresponse().read()
+            return True
+        except OSError:
+            return False
+
+    @property
+    def label(self) -> str:
+        if self.server == "daphne":
+            return f"Daphne × {self.workers}"
+        from quotaweb import gunicorn_conf
+
+        workers = self.workers or gunicorn_conf.workers
+        threads = self.threads or gunicorn_conf.threads
+        return f"gunicorn × {workers} processes × {threads} threads"
 
     def tail(self, lines: int = 40) -> str:
         text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
@@ -479,8 +528,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batches", type=int, default=5,
                         help="POST /jobs/batch requests of --batch-size jobs [5; 0: none]")
     parser.add_argument("--batch-size", type=int, default=1000)
-    parser.add_argument("--workers", type=int, default=1,
-                        help="serve --workers N (N > 1: distributed mode, Redis db 11)")
+    parser.add_argument("--server", choices=SERVERS, default="gunicorn",
+                        help="the HTTP server: gunicorn (quotaweb/gunicorn_conf.py, as in the "
+                             "distributed mode) or daphne (manage.py serve) [gunicorn]")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="gunicorn: processes [gunicorn_conf's, 2]; daphne: serve "
+                             "--workers N [1] (N > 1: distributed mode, Redis db 11)")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="gunicorn: threads per process [gunicorn_conf's, 4]")
     parser.add_argument("--profile", action="store_true",
                         help="also print each phase's CPU per request by process group "
                              "(client, server, cycle, PostgreSQL, other; read from /proc)")
@@ -488,11 +543,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="the embedded mode's cycle in the server process (default: its "
                              "own process, manage.py run_scheduler, as in the distributed mode)")
     args = parser.parse_args(argv)
+    if args.cycle_in_server and args.server != "daphne":
+        parser.error("--cycle-in-server needs --server daphne (gunicorn runs no cycle)")
+    workers = args.workers if args.workers is not None else (
+        1 if args.server == "daphne" else 0)
     load_before = load_average()
     database = bench_database(DEFAULT_DATABASE_URL)
     try:
         fleet = setup_fleet()
-        server_setup = BenchServer(workers=args.workers, cycle_apart=not args.cycle_in_server)
+        server_setup = BenchServer(workers=workers, server=args.server, threads=args.threads,
+                                   cycle_apart=not args.cycle_in_server)
         with running(server_setup) as server:
             split = cpu_split(server, database) if args.profile else None
             rows = measure(server.port, fleet.token, args.clients, args.requests,
@@ -501,11 +561,12 @@ def main(argv: list[str] | None = None) -> int:
                 server.port, fleet.token, args.batches, args.batch_size, args.seconds))
                        if args.batches else None)
             problems = server.problems()
+            label = server.label
         cycles = cycle_summary()
     finally:
         drop_database()
     cycle = "in-process cycle" if args.cycle_in_server else "cycle in its own process"
-    print(f"# API throughput (Python {sys.version.split()[0]}, Daphne × {args.workers}, "
+    print(f"# API throughput (Python {sys.version.split()[0]}, {label}, "
           f"PostgreSQL {database}, {cycle}; {args.requests} requests per level, "
           f"cap {args.seconds:g} s; load average before: {load_before})\n")
     print_table(rows)

@@ -6,6 +6,10 @@ Run by hand, never by tests (needs py-spy: `pip install py-spy`, and root or ptr
 
     python bench/api_profile.py                      # 8 clients, 1,000 submissions
     python bench/api_profile.py --clients 8 --requests 2000 --path /api/v1/capacity
+    python bench/api_profile.py --server daphne      # manage.py serve, as before issue 23
+
+The server is gunicorn (quotaweb/gunicorn_conf.py, its processes sampled together) unless
+`--server daphne`; the cycle runs in `manage.py run_scheduler` either way.
 
 Each row is the share of the server's samples (threads on CPU; py-spy leaves idle threads
 out) whose stack passes through that layer
@@ -31,6 +35,7 @@ if __package__ in (None, ""):
 
 from bench.api import (  # noqa: E402
     DEFAULT_DATABASE_URL,
+    SERVERS,
     BenchServer,
     bench_database,
     drive,
@@ -84,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--path", default="/api/v1/jobs",
                         help="/api/v1/jobs (POST submissions) or another path to GET")
     parser.add_argument("--rate", type=int, default=200, help="py-spy samples per second")
+    parser.add_argument("--server", choices=SERVERS, default="gunicorn",
+                        help="gunicorn (quotaweb/gunicorn_conf.py) or daphne [gunicorn]")
     args = parser.parse_args(argv)
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     if not Path(spy).exists():
@@ -93,7 +100,9 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(tempfile.mkdtemp(prefix="quotaweb-api-profile-"))
     try:
         fleet = setup_fleet()
-        with running(BenchServer(cycle_apart=True)) as server:
+        workers = 1 if args.server == "daphne" else 0  # 0: gunicorn_conf's default
+        with running(BenchServer(cycle_apart=True, server=args.server,
+                                 workers=workers)) as server:
             assert server.popen is not None
             recorders = [
                 subprocess.Popen([spy, "record", "--pid", str(pid), "--rate", str(args.rate),
@@ -114,9 +123,11 @@ def main(argv: list[str] | None = None) -> int:
                 recorder.send_signal(2)  # SIGINT: py-spy writes its file and exits
             for recorder in recorders:
                 recorder.wait(30)
+            label = server.label
     finally:
         drop_database()
-    print(f"# Where the server's time went: {args.clients} clients, {level.done:,} requests "
+    print(f"# Where the server's time went ({label}): {args.clients} clients, "
+          f"{level.done:,} requests "
           f"to {args.path} at {level.per_second:.0f}/s (load average before: {load_before})\n")
     print("| layer | share of the server's samples |")
     print("| --- | ---: |")

@@ -98,7 +98,30 @@ def lockout(name: str, default: str) -> list[str | list[str]]:
     return groups
 
 
+# channels_redis waits for a socket's next message with a blocking pop of 5 s
+# (RedisChannelLayer.brpop_timeout); redis-py 8 reads with a 5 s socket timeout by default,
+# which ends that wait first and closes every idle websocket with 1011 (channels_redis
+# issue 422).  The read waits this long instead: a Redis that went away still shows.
+CHANNEL_LAYER_SOCKET_TIMEOUT = 15
+
+
+def redis_channel_layer(url: str) -> dict[str, object]:
+    """settings.CHANNEL_LAYERS["default"] on the Redis at `url`."""
+    return {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {
+            "hosts": [{"address": url, "socket_timeout": CHANNEL_LAYER_SOCKET_TIMEOUT,
+                       "socket_connect_timeout": 5}],
+            # A dashboard stays open for days: without a longer group_expiry (one day by
+            # default) channels_redis silently drops its socket from the group.
+            "group_expiry": 7 * 86_400,
+            "capacity": 1000,
+        },
+    }
+
+
 POOL_WAIT_SECONDS = 30
+POOL_CHECK_IDLE_SECONDS = 2.0
 
 
 def database(url: str, *, pool_size: int = 10) -> dict[str, object]:
@@ -109,7 +132,9 @@ def database(url: str, *, pool_size: int = 10) -> dict[str, object]:
     ASGI each request runs its sync code on a thread of its own, and a connection kept by
     such a thread is never reused nor closed, so the server runs out of connection slots
     (Django's deployment notes for ASGI).  Opening a PostgreSQL connection costs about
-    8 ms here; the pool pays it once."""
+    8 ms here; the pool pays it once.  Under gunicorn (quotaweb/gunicorn_conf.py) each
+    thread takes a pooled connection per request, so `pool_size` must be at least the
+    threads per process (gunicorn_conf refuses to start otherwise)."""
     parsed = urlparse(url)
     if parsed.scheme not in ("postgres", "postgresql", "pgsql"):
         raise ImproperlyConfigured(
@@ -119,15 +144,18 @@ def database(url: str, *, pool_size: int = 10) -> dict[str, object]:
     if not name:
         raise ImproperlyConfigured("DATABASE_URL must name a database: postgres://…/NAME.")
     return {
-        "ENGINE": "django.db.backends.postgresql",
+        # Django's backend, with the pool's check only after idleness (quotaweb/postgresql).
+        "ENGINE": "quotaweb.postgresql",
         "NAME": unquote(name),
         "USER": unquote(parsed.username or ""),
         "PASSWORD": unquote(parsed.password or ""),
         "HOST": parsed.hostname or "",
         "PORT": str(parsed.port or ""),
         "CONN_MAX_AGE": 0,
-        # With the pool, a connection is checked before it is handed out: one whose
-        # backend was terminated is replaced instead of failing the request.
+        # With the pool, a connection idle in it longer than POOL_CHECK_IDLE_SECONDS is
+        # checked before it is handed out: one whose backend was terminated is replaced
+        # instead of failing the request.  One returned less long ago is handed out as it
+        # is (no round trip per request): quotaweb/postgresql/base.py.
         "CONN_HEALTH_CHECKS": True,
         # A request waits up to POOL_WAIT_SECONDS for a connection: submissions queue
         # behind a cycle that holds the event lock while it applies (seconds, when it

@@ -80,6 +80,19 @@ MIDDLEWARE = [
     "axes.middleware.AxesMiddleware",
 ]
 
+# What a bearer-token request to /api/ passes through under WSGI (quotaweb/wsgi.py): the
+# same stack, in the same order, without what only a browser's session needs.  The API
+# judges such a request by its token alone (quotaweb/api/auth.py).
+SESSION_ONLY_MIDDLEWARE = {
+    "quotaweb.asgi_middleware.StaticFilesMiddleware",  # /static/ only
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "quotaweb.asgi_middleware.CsrfMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "axes.middleware.AxesMiddleware",  # sign-in lockouts
+}
+API_BEARER_MIDDLEWARE = [path for path in MIDDLEWARE if path not in SESSION_ONLY_MIDDLEWARE]
+
 # Sign-in throttling (django-axes): after QUOTAWEB_SIGN_IN_FAILURE_LIMIT failed sign-ins for
 # one username from one address, further sign-ins for that username from that address are
 # refused with 429 until QUOTAWEB_SIGN_IN_WINDOW_SECONDS have passed since the last failure;
@@ -104,7 +117,9 @@ AXES_CLIENT_IP_CALLABLE = "quotaweb.sign_in.client_address"
 
 ROOT_URLCONF = "quotaweb.urls"
 ASGI_APPLICATION = "quotaweb.asgi.application"
-WSGI_APPLICATION = None
+# The distributed mode serves HTTP with gunicorn (quotaweb/gunicorn_conf.py) and the
+# websockets with Daphne, behind nginx (deploy/nginx); the embedded mode serves both with Daphne.
+WSGI_APPLICATION = "quotaweb.wsgi.application"
 
 TEMPLATES = [
     {
@@ -151,14 +166,7 @@ else:
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 if REDIS_URL:
-    CHANNEL_LAYERS = {
-        "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
-            # A dashboard stays open for days: without a longer group_expiry (one day by
-            # default) channels_redis silently drops its socket from the group.
-            "CONFIG": {"hosts": [REDIS_URL], "group_expiry": 7 * 86_400, "capacity": 1000},
-        }
-    }
+    CHANNEL_LAYERS = {"default": env.redis_channel_layer(REDIS_URL)}
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 

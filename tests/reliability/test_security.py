@@ -284,6 +284,43 @@ def test_compose_has_no_default_database_password_and_turns_https_on_in_producti
     assert "POSTGRES_PASSWORD=" in (REPO / ".ci" / "run").read_text()
 
 
+def test_compose_serves_http_with_gunicorn_and_websockets_with_daphne_behind_nginx() -> None:
+    import yaml
+
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("QUOTAWEB_")}
+    resolved = subprocess.run(["docker-compose", "config"], cwd=REPO, capture_output=True,
+                              text=True, timeout=SUBPROCESS_SECONDS, check=True,
+                              env={**clean, "SECRET_KEY": "x", "POSTGRES_PASSWORD": "y"})
+    services = yaml.safe_load(resolved.stdout)["services"]
+    assert {"db", "redis", "web", "websockets", "proxy", "worker", "ticker", "forecaster",
+            "beat"} <= set(services)
+    web, websockets, proxy = services["web"], services["websockets"], services["proxy"]
+
+    def command(service: dict[str, Any]) -> str:
+        words = service["command"]
+        return words if isinstance(words, str) else " ".join(words)
+
+    assert "exec gunicorn -c python:quotaweb.gunicorn_conf" in command(web)
+    assert "manage.py migrate" in command(web)
+    assert "manage.py serve --host 0.0.0.0 --port 8001" in command(websockets)
+    assert "ports" not in web and "ports" not in websockets  # reached through proxy only
+    assert proxy["image"].startswith("nginx:1.27")
+    assert any("deploy/nginx/quotaweb.conf.template:/etc/nginx/templates/" in volume
+               for volume in proxy["volumes"])
+    assert [port["target"] for port in proxy["ports"]] == [80]
+    upstreams = proxy["environment"]
+    assert upstreams["QUOTAWEB_WEB_UPSTREAM"] == "web:8000"
+    assert upstreams["QUOTAWEB_WEBSOCKET_UPSTREAM"] == "websockets:8001"
+    for name in ("web", "websockets", "worker", "ticker", "forecaster", "beat"):
+        # Behind the proxy: sign-in throttling counts the address it forwards.
+        assert services[name]["environment"]["QUOTAWEB_PROXY_COUNT"] == "1", name
+    template = (REPO / "deploy" / "nginx" / "quotaweb.conf.template").read_text()
+    for line in ("location /ws/", "proxy_set_header Upgrade $http_upgrade",
+                 "proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for",
+                 "proxy_set_header X-Forwarded-Proto $scheme", "location /static/"):
+        assert line in template, line
+
+
 def test_the_readme_documents_quotaweb_https() -> None:
     readme = (REPO / "README.md").read_text()
     section = readme[readme.index("QUOTAWEB_HTTPS"):][:3000]

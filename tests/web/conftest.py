@@ -42,7 +42,7 @@ def _postgres_is_reachable() -> None:
     from django.conf import settings
 
     database = settings.DATABASES["default"]
-    if database["ENGINE"] != "django.db.backends.postgresql":
+    if database["ENGINE"] not in ("django.db.backends.postgresql", "quotaweb.postgresql"):
         pytest.fail(f"tests/web need PostgreSQL, but DATABASE_URL selects {database['ENGINE']}.",
                     pytrace=False)
     where = f"{database['HOST'] or 'localhost'}:{database['PORT'] or 5432}"

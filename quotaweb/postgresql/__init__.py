@@ -1,0 +1,1 @@
+"""Django's PostgreSQL backend with Quotaweb's pool check (see base.py)."""
