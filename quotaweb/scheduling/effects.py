@@ -125,8 +125,8 @@ class Writer:
             if isinstance(effect, Emit):
                 job = self.job(effect.job) if effect.job is not None else None
                 if self.batch is not None:
-                    self.batch.events.append(
-                        events.of(effect.payload, job=job, time=self.moment(effect.at)))
+                    self.batch.events.append((self.batch.unit, events.of(
+                        effect.payload, job=job, time=self.moment(effect.at))))
                 else:
                     events.emit(effect.payload, job=job, time=self.moment(effect.at))
             elif isinstance(effect, AttemptEnded):
@@ -176,6 +176,9 @@ class Writer:
         else:
             fields.update(failure=effect.failure.value if effect.failure else None,
                           exit_code=self.exit_code)
+        if self.batch is not None and self.batch.ends:
+            self.batch.claims.append((self.batch.unit, attempt.pk, fields))
+            return
         claimed = Attempt.objects.filter(pk=attempt.pk, outcome__isnull=True).update(**fields)
         if not claimed and self.claim is not None:
             raise self.claim(str(attempt.pk))
@@ -188,6 +191,11 @@ class Writer:
             fields["failed_count"] = failed_count
         if preempted_count is not None:
             fields["preempted_count"] = preempted_count
+        if self.batch is not None and self.batch.ends and self.guard is None:
+            self.batch.job_rows.append((self.batch.unit, job.pk, {
+                "instances": [], "pending_code": None, "estimated_start_at": None,
+                "estimate_basis": "", **fields}))
+            return
         rows = Job.objects.filter(pk=job.pk)
         if self.guard is not None:  # unchanged since the snapshot was read
             rows = rows.filter(status=job.status)
@@ -271,18 +279,49 @@ class Writer:
 
 
 class Batch:
-    """What a cycle's Writers collected, written grouped by `write`: the dispatches' jobs in
-    one compare-and-set statement (each still queued), their attempts in one insert, then
-    every event in one insert, each in the order collected."""
+    """What Writers collected, written grouped by `write`, each kind in the order collected:
+    the attempts' ends (one compare-and-set statement: an attempt someone else ended is
+    left alone, and nothing else its Writer collected is written), the dispatches' jobs (one
+    compare-and-set statement, each still queued) and their new attempts, the jobs' other
+    changes (a statement per set of columns), then every event in one insert.
 
-    def __init__(self) -> None:
-        self.events: list[Event] = []
+    A cycle's Writers collect events and dispatches; with `ends`, attempts' plain ends
+    (quotaweb.scheduling.attempts.finish_attempts) collect their claims and jobs too.
+    Writers that share a Batch must write disjoint rows."""
+
+    def __init__(self, *, ends: bool = False) -> None:
+        self.ends = ends
+        self.unit: object = None  # what the next rows belong to (an attempt's end)
+        self.events: list[tuple[object, Event]] = []
         self.dispatched: list[tuple[Job, Dispatch, datetime, WarmPool | None]] = []
+        self.claims: list[tuple[object, int, dict[str, object]]] = []
+        self.job_rows: list[tuple[object, int, dict[str, object]]] = []
 
-    def write(self, guard: Guard) -> None:
+    def write(self, guard: Guard | None = None) -> set[object]:
+        """Write what was collected; returns the units whose claim was lost."""
+        lost = self._claim()
         if self.dispatched:
+            assert guard is not None
             self._dispatch(guard)
-        events.record_all(self.events)
+        groups: dict[tuple[str, ...], list[tuple[int, list[object]]]] = {}
+        for unit, pk, fields in self.job_rows:
+            if unit not in lost:
+                groups.setdefault(tuple(fields), []).append((pk, list(fields.values())))
+        for names, rows in groups.items():
+            bulk.update_rows(Job, rows, names)
+        events.record_all([event for unit, event in self.events if unit not in lost])
+        return lost
+
+    def _claim(self) -> set[object]:
+        groups: dict[tuple[str, ...], list[tuple[object, int, list[object]]]] = {}
+        for unit, pk, fields in self.claims:
+            groups.setdefault(tuple(fields), []).append((unit, pk, list(fields.values())))
+        lost: set[object] = set()
+        for names, rows in groups.items():
+            claimed = bulk.update_rows(Attempt, [(pk, values) for _, pk, values in rows],
+                                       names, where={"outcome__isnull": True})
+            lost.update(unit for unit, pk, _ in rows if pk not in claimed)
+        return lost
 
     def _dispatch(self, guard: Guard) -> None:
         ids = [job.pk for job, _, _, _ in self.dispatched]

@@ -116,6 +116,12 @@ def settings_of(document: dict[str, Any]) -> dict[str, Any]:
 
 def digest(shell: Shell) -> str:
     """SHA-256 over every row the cycle and the transitions write, ids named or ranked."""
+    text = json.dumps(world(shell), sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def world(shell: Shell) -> dict[str, Any]:
+    """Every row the cycle and the transitions write, ids named or ranked."""
     names = {pk: name for pk, name in Job.objects.values_list("id", "name")}
     pools = {pk: rank for rank, pk in enumerate(
         WarmPool.objects.order_by("id").values_list("id", flat=True))}
@@ -144,7 +150,7 @@ def digest(shell: Shell) -> str:
                 at(s.available_since), at(s.expires_at), s.retained_billable_seconds,
                 names.get(s.reused_by_id), s.termination_reason]
 
-    world = {
+    return {
         "jobs": [job(j) for j in Job.objects.order_by("id")],
         "attempts": [attempt(a) for a in Attempt.objects.order_by("id")],
         "pools": [pool(p) for p in WarmPool.objects.order_by("id")],
@@ -152,8 +158,6 @@ def digest(shell: Shell) -> str:
         "events": shell.events(),
         "usage": shell.usage(),
     }
-    text = json.dumps(world, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 @pytest.mark.django_db(transaction=True)
