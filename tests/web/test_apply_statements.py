@@ -1,5 +1,6 @@
-"""The cycle's apply writes in bulk: as many statements for 40 dispatches as for 4, and a
-bulk compare-and-set leaves alone (and reports) the rows whose old state changed.  (A job
+"""The cycle's apply writes in bulk: as many statements for 40 dispatches as for 4, and as
+many for the time-driven transitions of 40 attempts (start, run, end) as for 4; a bulk
+compare-and-set leaves alone (and reports) the rows whose old state changed.  (A job
 changed between the snapshot and the apply rolls the cycle back: test_cycle_shell.py.)"""
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from quotaweb.models import Attempt, CapacityLimit, CapacityUnit, Event, Job, QuotaShare
-from quotaweb.scheduling import events
+from quotaweb.scheduling import events, transitions
 from quotaweb.scheduling.apply import apply_decisions
 from quotaweb.scheduling.bulk import update_rows
 from quotaweb.scheduling.snapshot import load_snapshot
@@ -24,7 +25,8 @@ UNIT = "ml.bulk"
 def _fleet(dispatches: int, waiting: int = 5) -> list[Job]:
     """A unit of `dispatches` instances, one share with all of it, and `dispatches` +
     `waiting` queued 1-instance jobs."""
-    CapacityUnit.objects.create(name=UNIT, max_capacity=dispatches, warm_pool_limit=0)
+    CapacityUnit.objects.create(name=UNIT, max_capacity=dispatches, warm_pool_limit=0,
+                                cold_start_seconds=0, warm_start_seconds=0)
     share = QuotaShare.objects.create(name=f"S{dispatches}", sharing_strategy="LEND_AND_BORROW",
                                       borrow_limit=-1)
     CapacityLimit.objects.create(quota_share=share, capacity_unit=UNIT, max_capacity=dispatches)
@@ -71,6 +73,39 @@ def test_forty_dispatches_take_as_many_statements_as_four() -> None:
     forty = _statements_for(40)
     assert forty == four
     assert forty <= 6  # read the jobs, update them, count and insert attempts, events, reasons
+
+
+def _transition_statements(attempts: int) -> int:
+    """Statements of one transitions.advance in which `attempts` dispatched attempts of
+    zero duration start, run and end (half of them failing, retried or not)."""
+    Event.objects.all().delete()
+    Job.objects.all().delete()
+    CapacityLimit.objects.all().delete()
+    QuotaShare.objects.all().delete()
+    CapacityUnit.objects.all().delete()
+    jobs = _fleet(attempts, waiting=0)
+    Job.objects.update(duration_seconds=0)
+    Job.objects.filter(pk__in=[j.pk for j in jobs[::2]]).update(max_runtime_seconds=0,
+                                                                 duration_seconds=5)
+    Job.objects.filter(pk__in=[j.pk for j in jobs[::4]]).update(retry_attempts=2)
+    now = timezone.now()
+    with transaction.atomic():
+        events.lock_events()
+        apply_decisions(_decide(now), now)
+    with CaptureQueriesContext(connection) as queries:
+        transitions.advance(now)
+    statuses = sorted(Job.objects.values_list("status", flat=True))
+    assert statuses.count("SUCCEEDED") == attempts // 2
+    assert statuses.count("RUNNABLE") == len(jobs[::4])
+    assert Event.objects.filter(type="RUNNING").count() == attempts
+    return len(queries.captured_queries)
+
+
+@pytest.mark.django_db
+def test_the_transitions_of_forty_attempts_take_as_many_statements_as_four() -> None:
+    four = _transition_statements(4)
+    forty = _transition_statements(40)
+    assert forty == four
 
 
 @pytest.mark.django_db
