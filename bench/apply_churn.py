@@ -18,8 +18,9 @@ After `--warm-up` cycles, `--cycles` are measured.
 Printed per shape, medians per cycle: the decisions and dispatches, the SQL statements of
 each phase (transitions = `transitions.advance`: the executors' reports; load; apply =
 `apply_decisions`; usage = the usage samples and the cycle's record), the apply's and the
-whole cycle's wall ms, and both per decision; with `uptime`'s load average, since the
-wall times move with the machine's load where the statement counts do not.
+whole cycle's wall ms, and both per decision, and this process's CPU ms per decision for
+the apply and the cycle (PostgreSQL's own CPU not counted); with the load average, since
+the wall times move with the machine's load where the statement counts do not.
 """
 
 from __future__ import annotations
@@ -119,6 +120,7 @@ class Phases:
     def __init__(self) -> None:
         self.counts: Counter[str] = Counter()
         self.seconds: Counter[str] = Counter()
+        self.cpu: Counter[str] = Counter()
         self.stack: list[str] = []
 
     def __call__(self, execute: Callable[..., Any], sql: str, params: Any, many: bool,
@@ -129,17 +131,19 @@ class Phases:
     def wrap(self, name: str, function: Callable[..., Any]) -> Callable[..., Any]:
         def wrapped(*args: Any, **kwargs: Any) -> Any:
             self.stack.append(name)
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             try:
                 return function(*args, **kwargs)
             finally:
                 self.seconds[name] += time.perf_counter() - start
+                self.cpu[name] += time.process_time() - cpu
                 self.stack.pop()
         return wrapped
 
     def reset(self) -> None:
         self.counts.clear()
         self.seconds.clear()
+        self.cpu.clear()
 
 
 @contextmanager
@@ -175,6 +179,8 @@ class Row:
     statements: dict[str, float]
     apply_ms: float
     cycle_ms: float
+    apply_cpu_ms: float
+    cycle_cpu_ms: float
 
     @property
     def total_statements(self) -> float:
@@ -187,20 +193,21 @@ def measure(dispatches: int, cycles: int, warm_up: int, backlog: int) -> Row:
 
     populate(dispatches, dispatches * (cycles + warm_up + 2) + backlog)
     t0 = datetime.now(UTC).replace(microsecond=0)
-    per_cycle: list[tuple[int, int, Counter[str], float, float]] = []
+    per_cycle: list[tuple[int, int, Counter[str], float, float, float, float]] = []
     with counting() as phases:
         for second in range(warm_up + cycles):
             phases.reset()
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             report = run_cycle(now=t0 + timedelta(seconds=second))
-            wall = time.perf_counter() - start
+            wall, cpu = time.perf_counter() - start, time.process_time() - cpu
             if report is None:
                 raise SystemExit("a cycle did not run: another holds the lock or it was stale")
             if second < warm_up:
                 continue
             decisions = report.result.decisions
             per_cycle.append((len(decisions), sum(isinstance(d, Dispatch) for d in decisions),
-                              Counter(phases.counts), report.apply_ms, 1000 * wall))
+                              Counter(phases.counts), report.apply_ms, 1000 * wall,
+                              1000 * phases.cpu["apply"], 1000 * cpu))
     kinds = ("transitions", "load", "apply", "usage", "other")
     return Row(
         dispatches_per_cycle=dispatches,
@@ -209,20 +216,25 @@ def measure(dispatches: int, cycles: int, warm_up: int, backlog: int) -> Row:
         statements={k: statistics.median(c[2][k] for c in per_cycle) for k in kinds},
         apply_ms=statistics.median(c[3] for c in per_cycle),
         cycle_ms=statistics.median(c[4] for c in per_cycle),
+        apply_cpu_ms=statistics.median(c[5] for c in per_cycle),
+        cycle_cpu_ms=statistics.median(c[6] for c in per_cycle),
     )
 
 
 def print_table(rows: list[Row]) -> None:
     print("| dispatches/cycle | decisions | statements: transitions | load | apply | usage "
-          "| other | cycle | apply ms | apply ms/decision | cycle ms | cycle ms/decision |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+          "| other | cycle | apply ms | apply ms/decision | cycle ms | cycle ms/decision "
+          "| apply CPU ms/decision | cycle CPU ms/decision |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+          "| ---: | ---: |")
     for row in rows:
         s = row.statements
         per = max(row.decisions, 1)
         print(f"| {row.dispatches_per_cycle} | {row.decisions:g} | {s['transitions']:g} "
               f"| {s['load']:g} | {s['apply']:g} | {s['usage']:g} | {s['other']:g} "
               f"| {row.total_statements:g} | {row.apply_ms:.2f} | {row.apply_ms / per:.3f} "
-              f"| {row.cycle_ms:.1f} | {row.cycle_ms / per:.3f} |")
+              f"| {row.cycle_ms:.1f} | {row.cycle_ms / per:.3f} "
+              f"| {row.apply_cpu_ms / per:.3f} | {row.cycle_cpu_ms / per:.3f} |")
 
 
 def main(argv: list[str] | None = None) -> int:
