@@ -39,10 +39,13 @@ def update_rows(
     `per_row` holds one value for each of `fields`, then the expected old value of each
     of `expect` (the row is updated only if its column still equals it); `values` are set
     on every row; `where` are conditions every row must still meet: `field`,
-    `field__in` (a sequence) or `field__isnull` (a bool).  Returns the pks updated."""
+    `field__in` (a sequence) or `field__isnull` (a bool).  Returns the pks updated.  A pk
+    may appear once."""
     rows = list(rows)
     if not rows:
         return set()
+    if len({key for key, _ in rows}) != len(rows):  # a join would update such a row once
+        raise ValueError("update_rows: a row is named twice")
     meta = model._meta
     table = connection.ops.quote_name(meta.db_table)
     pk = meta.pk
