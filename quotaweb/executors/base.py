@@ -28,6 +28,9 @@ Who owns what:
   started; ENDED ends it through the single compare-and-swap,
   `quotaweb.scheduling.attempts.finish_attempt`, and is ignored when someone else ended it
   first (an executor that finds the outcome set only records the exit code).  A backend
+  may instead offer `poll_steps(now)`, its reports in lists, each written whole
+  (`apply_reports`, a few statements for any number) before the next list is asked for;
+  the simulated executor does.  A backend
   whose processes are watched elsewhere (the local supervisor, in the process that
   started them) may report those ends itself through the same finish_attempt, and return
   only what the central cycle can see (lost heartbeats, claims never taken).

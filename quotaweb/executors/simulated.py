@@ -35,12 +35,22 @@ class SimulatedExecutor:
         """The attempts due to run, then those whose work is over.  The caller applies
         each report before taking the next, so an attempt that starts here and whose work
         is already over (a zero duration) ends in the same poll."""
+        for step in self.poll_steps(now):
+            yield from step
+
+    def poll_steps(self, now: datetime) -> Iterator[list[AttemptReport]]:
+        """poll's reports in two steps, each applied whole (quotaweb.executors.reports.
+        apply_reports) before the next is asked for: the attempts due to run, then those
+        whose work is over (read after the first step is written)."""
         due = Attempt.objects.filter(
             outcome__isnull=True, job__status=JobStatus.STARTING,
             job__executor=self.kind, running_at__lte=now,
         ).values_list("id", "running_at")
-        for attempt_id, running_at in list(due):
-            yield AttemptReport.running(attempt_id, running_at or now)
+        yield [AttemptReport.running(attempt_id, running_at or now)
+               for attempt_id, running_at in list(due)]
+        yield list(self._ended(now))
+
+    def _ended(self, now: datetime) -> Iterator[AttemptReport]:
         running = Attempt.objects.select_related("job").filter(
             outcome__isnull=True, job__status=JobStatus.RUNNING, job__executor=self.kind,
         )

@@ -12,14 +12,14 @@ import contextlib
 from datetime import datetime
 
 from scheduler.decisions import PoolTermination
-from scheduler.effects import attempt_finished, pool_ended, settle
+from scheduler.effects import WarmRoom, attempt_finished, pool_ended, settle
 from scheduler.events import Running
 from scheduler.lifecycle import Failure, Outcome
 
 from ..models import Attempt, Job, WarmPool
 from ..models.jobs import JobStatus
-from . import events
-from .effects import Writer, available, ending, warm_room
+from . import bulk, events
+from .effects import Batch, Writer, available, ending, warm_room
 
 
 class AttemptAlreadyEnded(Exception):
@@ -44,6 +44,53 @@ def finish_attempt(
     if outcome is not Outcome.SUCCEEDED:
         job.refresh_from_db()
     return job
+
+
+def is_plain_end(attempt: Attempt) -> bool:
+    """Whether the attempt's end leaves no warm pool whatever its outcome: its job keeps
+    nothing alive and it did not run on a pool (so that the unit's warm room, which depends
+    on every end before it, does not matter)."""
+    return attempt.job.keep_alive_seconds == 0 and not (
+        attempt.warm_start and attempt.warm_pool_id is not None)
+
+
+# Nothing reads it: a plain end settles nothing (scheduler.effects.settle).
+_NO_ROOM = WarmRoom(0, 0, 0.0)
+
+
+def finish_attempts(
+    ends: list[tuple[Attempt, Outcome, datetime, Failure | None, str | None, int | None]],
+) -> set[int]:
+    """End many open attempts with plain ends (`is_plain_end`), each as finish_attempt
+    would (attempt, outcome, at, failure, reason, exit_code), in a few statements: the
+    claims in one, each job's change grouped by the columns it sets, the events in one, in
+    the order given.  The attempts must be of different jobs.  Returns the ids of the
+    attempts someone else ended first (for those nothing is written)."""
+    batch = Batch(ends=True)
+    for attempt, outcome, at, failure, reason, exit_code in ends:
+        assert is_plain_end(attempt), f"attempt {attempt.pk} may leave a warm pool"
+        batch.unit = attempt.pk
+        effects = attempt_finished(ending(attempt.job, attempt), at.timestamp(), outcome,
+                                   _NO_ROOM, failure=failure, reason=reason)
+        Writer(at, jobs=[attempt.job], attempt=attempt, claim=AttemptAlreadyEnded,
+               exit_code=exit_code, batch=batch).apply(effects)
+    return {int(unit) for unit in batch.write()}  # type: ignore[call-overload]
+
+
+def mark_all_running(items: list[tuple[Attempt, datetime]]) -> set[int]:
+    """mark_running for many attempts of different jobs, in three statements; returns the
+    ids of those marked (the others' jobs were no longer STARTING)."""
+    if not items:
+        return set()
+    started = bulk.update_rows(Job, [(attempt.job_id, [at]) for attempt, at in items],
+                               ["started_at"], values={"status": JobStatus.RUNNING},
+                               where={"status": JobStatus.STARTING})
+    marked = [(attempt, at) for attempt, at in items if attempt.job_id in started]
+    bulk.update_rows(Attempt, [(attempt.pk, [at, at]) for attempt, at in marked],
+                     ["started_at", "heartbeat_at"])
+    events.record_all([events.of(Running(), job=attempt.job, time=at)
+                       for attempt, at in marked])
+    return {attempt.pk for attempt, _ in marked}
 
 
 def mark_running(attempt: Attempt, at: datetime) -> bool:

@@ -3,7 +3,10 @@ world.  What a decision or an attempt's end does is decided by the pure function
 scheduler.effects; this module only writes it, with the compare-and-swap guards of the
 caller (a cycle's decisions raise StaleSnapshot, an attempt's end AttemptAlreadyEnded).
 
-Callers hold a transaction with the event lock (events.lock_events()).
+Callers hold a transaction with the event lock (events.lock_events()).  A cycle's Writers
+share a Batch: they collect the events and the dispatches instead of writing them, and the
+Batch writes them grouped (a few statements for any number of dispatches), in the order the
+Writers met them, so that event and attempt ids come out as if written one by one.
 """
 
 from __future__ import annotations
@@ -15,8 +18,9 @@ from pathlib import Path
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Count
 
-from scheduler.decisions import PoolTermination
+from scheduler.decisions import Dispatch, PoolTermination
 from scheduler.effects import (
     AttemptEnded,
     AvailablePool,
@@ -36,10 +40,10 @@ from scheduler.lifecycle import Outcome
 from scheduler.model import JobStatus as EngineJobStatus
 
 from ..executors.paths import attempt_cache_directory
-from ..models import Attempt, CapacityUnit, Job, WarmPool, WarmPoolSegment
+from ..models import Attempt, CapacityUnit, Event, Job, WarmPool, WarmPoolSegment
 from ..models.jobs import QUEUED_STATUSES, JobStatus
 from ..models.warm_pools import PoolStatus
-from . import events
+from . import bulk, events
 from .clock import from_engine, to_engine
 
 # A guard failed: the exception to raise, given what changed.
@@ -88,7 +92,7 @@ class Writer:
     def __init__(
         self, now: datetime, *, jobs: Iterable[Job] = (), attempt: Attempt | None = None,
         pools: Iterable[WarmPool] = (), guard: Guard | None = None,
-        claim: Guard | None = None, exit_code: int | None = None,
+        claim: Guard | None = None, exit_code: int | None = None, batch: Batch | None = None,
     ) -> None:
         self.now = now
         self.jobs = {str(job.pk): job for job in jobs}
@@ -97,6 +101,7 @@ class Writer:
         self.guard = guard  # a cycle's guards: job status, pool status, open attempt
         self.claim = claim  # an attempt's end: only its claim on the attempt is guarded
         self.exit_code = exit_code
+        self.batch = batch  # collects events and dispatches instead of writing them
 
     def moment(self, seconds: float) -> datetime:
         return self.now if seconds == self.now.timestamp() else from_engine(seconds)
@@ -119,7 +124,11 @@ class Writer:
         for effect in effects:
             if isinstance(effect, Emit):
                 job = self.job(effect.job) if effect.job is not None else None
-                events.emit(effect.payload, job=job, time=self.moment(effect.at))
+                if self.batch is not None:
+                    self.batch.events.append((self.batch.unit, events.of(
+                        effect.payload, job=job, time=self.moment(effect.at))))
+                else:
+                    events.emit(effect.payload, job=job, time=self.moment(effect.at))
             elif isinstance(effect, AttemptEnded):
                 self.end_attempt(effect)
             elif isinstance(effect, JobRequeued):
@@ -132,7 +141,14 @@ class Writer:
                                 status=JobStatus(effect.status.value),
                                 status_reason=effect.reason, stopped_at=self.moment(effect.at))
             elif isinstance(effect, JobDispatched):
-                self.dispatch(effect)
+                if self.batch is not None:
+                    decision = effect.decision
+                    pool = (self.pools.get(decision.warm_pool_id)
+                            if decision.warm_pool_id else None)
+                    self.batch.dispatched.append(
+                        (self.job(effect.job), decision, self.moment(effect.at), pool))
+                else:
+                    self.dispatch(effect)
             elif isinstance(effect, PoolAvailable):
                 self.pool_available(effect)
             elif isinstance(effect, PoolReused):
@@ -160,6 +176,9 @@ class Writer:
         else:
             fields.update(failure=effect.failure.value if effect.failure else None,
                           exit_code=self.exit_code)
+        if self.batch is not None and self.batch.ends:
+            self.batch.claims.append((self.batch.unit, attempt.pk, fields))
+            return
         claimed = Attempt.objects.filter(pk=attempt.pk, outcome__isnull=True).update(**fields)
         if not claimed and self.claim is not None:
             raise self.claim(str(attempt.pk))
@@ -172,6 +191,11 @@ class Writer:
             fields["failed_count"] = failed_count
         if preempted_count is not None:
             fields["preempted_count"] = preempted_count
+        if self.batch is not None and self.batch.ends and self.guard is None:
+            self.batch.job_rows.append((self.batch.unit, job.pk, {
+                "instances": [], "pending_code": None, "estimated_start_at": None,
+                "estimate_basis": "", **fields}))
+            return
         rows = Job.objects.filter(pk=job.pk)
         if self.guard is not None:  # unchanged since the snapshot was read
             rows = rows.filter(status=job.status)
@@ -252,6 +276,79 @@ class Writer:
                 retained_billable_seconds=segment.retained_billable_seconds
                 + effect.billed_seconds,
             )
+
+
+class Batch:
+    """What Writers collected, written grouped by `write`, each kind in the order collected:
+    the attempts' ends (one compare-and-set statement: an attempt someone else ended is
+    left alone, and nothing else its Writer collected is written), the dispatches' jobs (one
+    compare-and-set statement, each still queued) and their new attempts, the jobs' other
+    changes (a statement per set of columns), then every event in one insert.
+
+    A cycle's Writers collect events and dispatches; with `ends`, attempts' plain ends
+    (quotaweb.scheduling.attempts.finish_attempts) collect their claims and jobs too.
+    Writers that share a Batch must write disjoint rows."""
+
+    def __init__(self, *, ends: bool = False) -> None:
+        self.ends = ends
+        self.unit: object = None  # what the next rows belong to (an attempt's end)
+        self.events: list[tuple[object, Event]] = []
+        self.dispatched: list[tuple[Job, Dispatch, datetime, WarmPool | None]] = []
+        self.claims: list[tuple[object, int, dict[str, object]]] = []
+        self.job_rows: list[tuple[object, int, dict[str, object]]] = []
+
+    def write(self, guard: Guard | None = None) -> set[object]:
+        """Write what was collected; returns the units whose claim was lost."""
+        lost = self._claim()
+        if self.dispatched:
+            assert guard is not None
+            self._dispatch(guard)
+        groups: dict[tuple[str, ...], list[tuple[int, list[object]]]] = {}
+        for unit, pk, fields in self.job_rows:
+            if unit not in lost:
+                groups.setdefault(tuple(fields), []).append((pk, list(fields.values())))
+        for names, rows in groups.items():
+            bulk.update_rows(Job, rows, names)
+        events.record_all([event for unit, event in self.events if unit not in lost])
+        return lost
+
+    def _claim(self) -> set[object]:
+        groups: dict[tuple[str, ...], list[tuple[object, int, list[object]]]] = {}
+        for unit, pk, fields in self.claims:
+            groups.setdefault(tuple(fields), []).append((unit, pk, list(fields.values())))
+        lost: set[object] = set()
+        for names, rows in groups.items():
+            claimed = bulk.update_rows(Attempt, [(pk, values) for _, pk, values in rows],
+                                       names, where={"outcome__isnull": True})
+            lost.update(unit for unit, pk, _ in rows if pk not in claimed)
+        return lost
+
+    def _dispatch(self, guard: Guard) -> None:
+        ids = [job.pk for job, _, _, _ in self.dispatched]
+        if len(set(ids)) != len(ids):
+            raise guard("a job dispatched twice in one cycle")
+        matched = bulk.update_rows(
+            Job, [(job.pk, [at, list(decision.instances)])
+                  for job, decision, at, _ in self.dispatched],
+            ["scheduled_at", "instances"],
+            values={"status": JobStatus.SCHEDULED, "started_at": None, "stopped_at": None,
+                    "pending_code": None, "not_before": None, "estimated_start_at": None,
+                    "estimate_basis": ""},
+            where={"status__in": QUEUED_STATUSES},
+        )
+        for pk in ids:
+            if pk not in matched:
+                raise guard(f"job {pk} is no longer queued")
+        numbers = dict(Attempt.objects.filter(job_id__in=ids).order_by().values("job_id")
+                       .annotate(n=Count("id")).values_list("job_id", "n"))
+        Attempt.objects.bulk_create(
+            Attempt(job=job, number=numbers.get(job.pk, 0) + 1,
+                    instances=list(decision.instances),
+                    borrowed_instances=decision.borrowed_instances,
+                    warm_start=decision.warm_start, warm_pool=pool, scheduled_at=at,
+                    starting_at=from_engine(decision.starting_at))
+            for job, decision, at, pool in self.dispatched
+        )
 
 
 def end_pool_instances(pool: WarmPool, reason: PoolTermination) -> None:

@@ -12,10 +12,10 @@ from django.db import transaction
 from scheduler.lifecycle import start_delay
 
 from ..executors.backends import all_executors, launched_kinds
-from ..executors.reports import apply_report
+from ..executors.reports import apply_report, apply_reports
 from ..models import Attempt, CapacityUnit, Job
 from ..models.jobs import JobStatus
-from . import events
+from . import bulk, events
 
 
 def advance(now: datetime) -> list[int]:
@@ -25,6 +25,11 @@ def advance(now: datetime) -> list[int]:
         events.lock_events()
         _start_scheduled(now)
         for executor in all_executors():
+            steps = getattr(executor, "poll_steps", None)
+            if steps is not None:  # reports in steps, each applied whole (simulated)
+                for step in steps(now):
+                    apply_reports(step)
+                continue
             for report in executor.poll(now):
                 apply_report(report)
         return list(
@@ -40,16 +45,22 @@ def _units() -> dict[str, CapacityUnit]:
 
 
 def _start_scheduled(now: datetime) -> None:
-    units = _units()
-    due = Attempt.objects.select_related("job").filter(
+    """SCHEDULED → STARTING for every attempt whose victims' grace is over, in two
+    statements: the jobs (still SCHEDULED), then their attempts' running_at."""
+    due = list(Attempt.objects.select_related("job").filter(
         outcome__isnull=True, job__status=JobStatus.SCHEDULED, starting_at__lte=now
-    )
+    ))
+    if not due:
+        return
+    units = _units()
+    started = bulk.update_rows(Job, [(attempt.job_id, []) for attempt in due], [],
+                               values={"status": JobStatus.STARTING},
+                               where={"status": JobStatus.SCHEDULED})
+    rows = []
     for attempt in due:
+        if attempt.job_id not in started:
+            continue
         unit = units.get(attempt.job.instance_type)
         delay = start_delay(unit, attempt.warm_start) if unit else 0
-        running_at = attempt.starting_at + timedelta(seconds=delay)
-        updated = Job.objects.filter(pk=attempt.job_id, status=JobStatus.SCHEDULED).update(
-            status=JobStatus.STARTING
-        )
-        if updated:
-            Attempt.objects.filter(pk=attempt.pk).update(running_at=running_at)
+        rows.append((attempt.pk, [attempt.starting_at + timedelta(seconds=delay)]))
+    bulk.update_rows(Attempt, rows, ["running_at"])

@@ -201,18 +201,18 @@ def _assert_nothing_applied(jobs: list[Job], cursor: int, state: SchedulerState,
     assert CycleRecord.objects.count() == records
 
 
-def _fail_on_second_dispatch(kind: str) -> Callable[[Any, datetime], None]:
+def _fail_on_second_dispatch(kind: str) -> Callable[..., None]:
     real = apply_module._dispatch
     calls = []
 
-    def dispatch(decision: Any, now: datetime) -> None:
+    def dispatch(decision: Any, now: datetime, *batch: Any) -> None:
         calls.append(decision)
         if len(calls) == 2:
             if kind == "database":
                 with connection.cursor() as cursor:
                     cursor.execute("SELECT 1 / 0")  # a real error inside PostgreSQL
             raise RuntimeError("injected half-way through the apply")
-        real(decision, now)
+        real(decision, now, *batch)
 
     return dispatch
 
