@@ -101,7 +101,7 @@ def fail(attempt: Attempt, reason: str, failure: Failure | None,
          exit_code: int | None = None) -> None:
     log.warning("attempt %s: %s", attempt.pk, reason)
     with transaction.atomic():
-        events.lock_events()
+        events.lock_changes()
         with contextlib.suppress(AttemptAlreadyEnded):
             finish_attempt(attempt, Outcome.FAILED, timezone.now(), failure=failure,
                            reason=reason, exit_code=exit_code)

@@ -1,6 +1,6 @@
 """Usage samples: each share's figures per unit (docs/semantics.md 3), written when they change.
 
-Write them only inside a transaction holding the event lock (events.lock_events()), as the
+Write them only inside a transaction holding the event lock (events.lock_changes()), as the
 cycle does: the broadcaster follows a cursor over their ids, which must follow commit order
 like the events' ids.
 """

@@ -765,7 +765,7 @@ def test_release_after_terminate_follows_the_warm_pool_limit(walkthrough_config:
 
     from quotaweb.scheduling import events as outbox
     with transaction.atomic():
-        outbox.lock_events()
+        outbox.lock_changes()
         jobs.release_after_terminate(job, attempt, was_running=True)
     segment = WarmPoolSegment.objects.get(job=job)
     assert (segment.status, segment.termination_reason) == ("Terminated", "LIMIT_EXCEEDED")
