@@ -3,7 +3,7 @@ world.  What a decision or an attempt's end does is decided by the pure function
 scheduler.effects; this module only writes it, with the compare-and-swap guards of the
 caller (a cycle's decisions raise StaleSnapshot, an attempt's end AttemptAlreadyEnded).
 
-Callers hold a transaction with the event lock (events.lock_changes()).
+Callers hold a transaction with the change lock (events.lock_changes()).
 """
 
 from __future__ import annotations

@@ -1,13 +1,16 @@
 """Admitting new jobs: the checks that must see every earlier submission (the share still
 ENABLED, its queue limits) and the jobs' SUBMITTED events, in one statement.
 
-A submission holds the event lock from its checks to its commit (quotaweb.scheduling.events),
-so that event ids follow commit order and no two submissions slip past a limit together.
-Every round trip under that lock is paid by every other writer waiting for it, so the
-section is kept to three: the lock, the job insert (or the batch's one insert), then this
-statement, which counts what the limits count and inserts the events only if the share
-takes them, and the commit.  The statement's snapshot is taken after the lock, so it sees
-every submission committed before, and its counts include this transaction's own new jobs.
+A submission holds the admission lock of each share it goes to from its insert to its
+commit (quotaweb.scheduling.events.lock_shares), so that no two submissions to a share slip
+past a limit together (a share's per-user rate limit is counted per share too), and a change
+of the share's state or limits comes wholly before or after it.  Every round trip under
+that lock is paid by every other submission to the share waiting for it, so the section is
+kept to three: the locks and the announcement of the events sent with the job insert (or
+the batch's one insert), then this statement, which counts what the limits count and
+inserts the events only if the share takes them, and the commit.  The statement's snapshot
+is taken after the lock, so it sees every submission committed before, and its counts
+include this transaction's own new jobs.
 
 When the statement inserts nothing the submission is refused: the caller rolls back and
 `explain` finds which rule refused it, with the figures its message gives.
@@ -41,7 +44,7 @@ def admit(user: Any, jobs: Sequence[Job], now: datetime | None = None) -> None:
     """Write the SUBMITTED events of `jobs` (inserted in this transaction, in their order)
     if every share they go to is ENABLED and within its queue limits for `user` (None: the
     system, whose jobs the limits do not count).  Raises Refused, having written nothing.
-    The caller holds the event lock."""
+    The caller holds the shares' admission locks and has announced."""
     if not jobs:
         return
     now = now or timezone.now()
@@ -87,7 +90,7 @@ def explain(user: Any, jobs: Sequence[Job], now: datetime | None = None, *,
             batch: bool = False) -> None:
     """Raise the refusal of `jobs` as `admit` found it (SHARE_DISABLED, QUEUE_FULL,
     TOO_MANY_SUBMISSIONS), counted as if they were not written yet.  The caller holds the
-    event lock in a transaction where they are not written (or excludes them)."""
+    shares' admission locks in a transaction where they are not written (or excludes them)."""
     _check(user, jobs, now or timezone.now(), exclude=[], batch=batch)
 
 
