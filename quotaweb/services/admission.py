@@ -18,12 +18,15 @@ When the statement inserts nothing the submission is refused: the caller rolls b
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 from django.db import connection
+from django.db.models.constants import OnConflict
+from django.db.models.sql import InsertQuery
 from django.utils import timezone
 
 from scheduler.events import Submitted
@@ -59,9 +62,69 @@ def admit(user: Any, jobs: Sequence[Job], now: datetime | None = None) -> None:
         raise Refused()
 
 
-def _conditions(user: Any, jobs: Sequence[Job], now: datetime) -> tuple[list[str], list[Any]]:
+def can_write_at_once() -> bool:
+    """Whether `write_at_once` can run here: PostgreSQL, outside any transaction."""
+    return (connection.vendor == "postgresql" and not connection.in_atomic_block
+            and connection.get_autocommit())
+
+
+def write_at_once(user: Any, job: Job, *, token: bool, now: datetime | None = None) -> bool:
+    """Submit one unsaved job in one transaction of two round trips (PostgreSQL, outside
+    a transaction): the first sends BEGIN, the share's admission lock, the announcement of
+    its event (quotaweb.scheduling.events), then one statement that inserts the job
+    (nothing when `token` and its client_token is taken: one_job_per_client_token) and, if
+    the share is ENABLED and within its limits with the job counted, its SUBMITTED event;
+    the second commits, or rolls back when there is no job or no event.
+
+    True: written (the job has its id).  False: the client_token was taken, nothing
+    written.  Raises Refused, having written nothing."""
+    from psycopg import ClientCursor  # PostgreSQL's driver: imported where it is used
+
+    now = now or timezone.now()
+    submitted = events.of(Submitted(), job=job, time=job.created_at)
+    fields = [field for field in Job._meta.concrete_fields if not field.primary_key]
+    query = InsertQuery(Job, on_conflict=OnConflict.IGNORE if token else None)
+    query.insert_values(fields, [job])
+    [(insert, insert_params)] = query.get_compiler(connection=connection).as_sql()
+    conditions, condition_params = _conditions(user, [job], now, unseen=True)
+    sql = (f"BEGIN; SELECT pg_advisory_xact_lock({events.SHARE_LOCK_SPACE}, %s); "
+           f"{events.ANNOUNCE_SQL}; "
+           f"WITH new_job AS ({insert} RETURNING id), "
+           f"new_event AS (INSERT INTO {events.EVENT_TABLE} "
+           "(time, type, job_id, quota_share, details) "
+           "SELECT %s::timestamptz, %s, new_job.id, %s, %s::jsonb FROM new_job "
+           f"WHERE {' AND '.join(conditions)} RETURNING id) "
+           "SELECT (SELECT id FROM new_job), (SELECT id FROM new_event)")
+    params = [job.quota_share_id, *insert_params, submitted.time, str(submitted.type),
+              submitted.quota_share, json.dumps(submitted.details), *condition_params]
+    connection.ensure_connection()
+    raw = connection.connection
+    with ClientCursor(raw) as cursor:  # several statements with parameters: bound here
+        try:
+            cursor.execute(sql, params)
+            while cursor.nextset():
+                pass  # to the last statement's row
+            job_id, event_id = cursor.fetchone()
+        except BaseException:
+            raw.execute("ROLLBACK")
+            raise
+        raw.execute("COMMIT" if event_id is not None else "ROLLBACK")
+    if job_id is None:
+        return False
+    if event_id is None:
+        raise Refused()
+    job.pk = job_id
+    job._state.adding = False
+    job._state.db = connection.alias
+    return True
+
+
+def _conditions(user: Any, jobs: Sequence[Job], now: datetime, *, unseen: bool = False
+                ) -> tuple[list[str], list[Any]]:
     """Per share: ENABLED, and (for a user) its queued jobs and this user's submissions in
-    the last minute, counted up to one past the limit, within the limits."""
+    the last minute, counted up to one past the limit, within the limits.  `unseen`: the
+    statement does not see `jobs` yet (they are inserted by the same statement), so they
+    are added to the counts."""
     per_share = Counter(job.quota_share_id for job in jobs)
     shares = {job.quota_share_id: job.quota_share for job in jobs}
     conditions: list[str] = []
@@ -76,13 +139,14 @@ def _conditions(user: Any, jobs: Sequence[Job], now: datetime) -> tuple[list[str
         conditions.append(
             f"(SELECT count(*) FROM (SELECT 1 FROM {JOB_TABLE} j WHERE j.quota_share_id = %s "
             f"AND j.status IN ({', '.join(['%s'] * len(QUEUED_STATUSES))}) LIMIT %s) q) <= %s")
+        pending = per_share[share_id] if unseen else 0
         params += [share_id, *(str(status) for status in QUEUED_STATUSES),
-                   share.max_queued_jobs + 1, share.max_queued_jobs]
+                   share.max_queued_jobs + 1, share.max_queued_jobs - pending]
         conditions.append(
             f"(SELECT count(*) FROM (SELECT 1 FROM {JOB_TABLE} j WHERE j.quota_share_id = %s "
             "AND j.submitted_by_id = %s AND j.created_at > %s LIMIT %s) r) <= %s")
         params += [share_id, user.pk, now - WINDOW, share.max_submissions_per_minute + 1,
-                   share.max_submissions_per_minute]
+                   share.max_submissions_per_minute - pending]
     return conditions, params
 
 

@@ -115,11 +115,20 @@ REFUSAL_RECHECKS = 3
 
 def _write_submission(user: User | None, new: Job, token: str | None,
                       fingerprint: str) -> tuple[Job, bool]:
-    """One transaction: the share's admission lock and the announcement of its events
-    (quotaweb.scheduling.events) sent with the insert, in one round trip; then the
-    admission (services/admission.py: the share's state and queue limits checked and the
+    """One transaction.  On PostgreSQL outside a transaction, two round trips
+    (admission.write_at_once).  Otherwise the share's admission lock and the announcement
+    of its events (quotaweb.scheduling.events) sent with the insert, in one round trip;
+    then the admission (services/admission.py: the share's state and queue limits checked and the
     SUBMITTED event written, in one statement), then the commit.  With a client_token a
     savepoint goes with the locks, so that a clash keeps the transaction."""
+    if admission.can_write_at_once():
+        if admission.write_at_once(user, new, token=token is not None):
+            return new, True
+        existing = _job_for_token(user, token) if token is not None else None
+        if existing is None:
+            raise Conflict("SUBMISSION_CONTENDED", "The submission's client_token was taken "
+                                                   "and then not; try again.")
+        return _repeat(existing, fingerprint), False
     with transaction.atomic():
         if token is None:
             # Only a client_token can clash (one_job_per_client_token): without one there

@@ -32,6 +32,7 @@ from quotaweb.scheduling import events
 from quotaweb.scheduling import tick as tick_module
 from quotaweb.scheduling.snapshot import load_snapshot
 from quotaweb.scheduling.tick import CycleReport, run_cycle
+from quotaweb.services import admission
 from quotaweb.services.errors import Conflict
 from quotaweb.services.jobs import submit_job, terminate_job, update_priority
 from scheduler import Dispatch, schedule
@@ -431,8 +432,20 @@ class Writers:
             self._tag([item.pk for item in written])
             return written
 
+        real_write_at_once = admission.write_at_once
+
+        def write_at_once(user: Any, job: Any, **options: Any) -> bool:
+            # A submission's own transaction writes its one event (not through record_all).
+            written = real_write_at_once(user, job, **options)
+            if written:
+                pk = Event.objects.get(job_id=job.pk, type="SUBMITTED").pk
+                with self._lock:
+                    self.transaction_of[pk] = -job.pk  # a transaction of its own
+            return written
+
         monkeypatch.setattr(events, "record", record)
         monkeypatch.setattr(events, "record_all", record_all)
+        monkeypatch.setattr(admission, "write_at_once", write_at_once)
 
     def _tag(self, ids: list[int]) -> None:
         with connection.cursor() as cursor:
