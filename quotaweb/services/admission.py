@@ -68,54 +68,63 @@ def can_write_at_once() -> bool:
             and connection.get_autocommit())
 
 
-def write_at_once(user: Any, job: Job, *, token: bool, now: datetime | None = None) -> bool:
-    """Submit one unsaved job in one transaction of two round trips (PostgreSQL, outside
-    a transaction): the first sends BEGIN, the share's admission lock, the announcement of
-    its event (quotaweb.scheduling.events), then one statement that inserts the job
-    (nothing when `token` and its client_token is taken: one_job_per_client_token) and, if
-    the share is ENABLED and within its limits with the job counted, its SUBMITTED event;
-    the second commits, or rolls back when there is no job or no event.
+def write_at_once(user: Any, jobs: Sequence[Job], *, token: bool,
+                  now: datetime | None = None) -> bool:
+    """Submit unsaved jobs (one, or a batch's) in one transaction of two round trips
+    (PostgreSQL, outside a transaction).  The first sends BEGIN, the admission lock of
+    every share they go to (in id order), the announcement of their events
+    (quotaweb.scheduling.events), then one statement that inserts the jobs (with `token`,
+    none whose client_token is taken: one_job_per_client_token) and, if every share is
+    ENABLED and within its limits with the jobs counted, their SUBMITTED events in the
+    jobs' order.  The second commits, or rolls back when a job or the events are missing.
 
-    True: written (the job has its id).  False: the client_token was taken, nothing
+    True: written (the jobs have their ids).  False: a client_token was taken, nothing
     written.  Raises Refused, having written nothing."""
     from psycopg import ClientCursor  # PostgreSQL's driver: imported where it is used
 
     now = now or timezone.now()
-    submitted = events.of(Submitted(), job=job, time=job.created_at)
+    submitted = events.of(Submitted(), job=jobs[0], time=jobs[0].created_at)
     fields = [field for field in Job._meta.concrete_fields if not field.primary_key]
     query = InsertQuery(Job, on_conflict=OnConflict.IGNORE if token else None)
-    query.insert_values(fields, [job])
+    query.insert_values(fields, jobs)
     [(insert, insert_params)] = query.get_compiler(connection=connection).as_sql()
-    conditions, condition_params = _conditions(user, [job], now, unseen=True)
-    sql = (f"BEGIN; SELECT pg_advisory_xact_lock({events.SHARE_LOCK_SPACE}, %s); "
-           f"{events.ANNOUNCE_SQL}; "
-           f"WITH new_job AS ({insert} RETURNING id), "
+    conditions, condition_params = _conditions(user, jobs, now, unseen=True)
+    shares = sorted({job.quota_share_id for job in jobs})
+    locks = ", ".join([f"pg_advisory_xact_lock({events.SHARE_LOCK_SPACE}, %s)"] * len(shares))
+    sql = (f"BEGIN; SELECT {locks}; {events.ANNOUNCE_SQL}; "
+           f"WITH new_job AS ({insert} RETURNING id, created_at, quota_share_id), "
            f"new_event AS (INSERT INTO {events.EVENT_TABLE} "
            "(time, type, job_id, quota_share, details) "
-           "SELECT %s::timestamptz, %s, new_job.id, %s, %s::jsonb FROM new_job "
-           f"WHERE {' AND '.join(conditions)} RETURNING id) "
-           "SELECT (SELECT id FROM new_job), (SELECT id FROM new_event)")
-    params = [job.quota_share_id, *insert_params, submitted.time, str(submitted.type),
-              submitted.quota_share, json.dumps(submitted.details), *condition_params]
+           "SELECT new_job.created_at, %s, new_job.id, s.name, %s::jsonb "
+           f"FROM new_job JOIN {SHARE_TABLE} s ON s.id = new_job.quota_share_id "
+           f"WHERE {' AND '.join(conditions)} ORDER BY new_job.id RETURNING id) "
+           "SELECT (SELECT array_agg(id ORDER BY id) FROM new_job), "
+           "(SELECT count(*) FROM new_event)")
+    params = [*shares, *insert_params, str(submitted.type), json.dumps(submitted.details),
+              *condition_params]
     connection.ensure_connection()
     raw = connection.connection
-    with ClientCursor(raw) as cursor:  # several statements with parameters: bound here
+    with connection.wrap_database_errors, ClientCursor(raw) as cursor:
+        # Several statements with parameters: bound here, sent in one round trip.
         try:
             cursor.execute(sql, params)
             while cursor.nextset():
                 pass  # to the last statement's row
-            job_id, event_id = cursor.fetchone()
+            ids, written = cursor.fetchone()
         except BaseException:
             raw.execute("ROLLBACK")
             raise
-        raw.execute("COMMIT" if event_id is not None else "ROLLBACK")
-    if job_id is None:
+        ids = ids or []
+        whole = len(ids) == len(jobs) and written == len(jobs)
+        raw.execute("COMMIT" if whole else "ROLLBACK")
+    if len(ids) < len(jobs):
         return False
-    if event_id is None:
+    if not whole:
         raise Refused()
-    job.pk = job_id
-    job._state.adding = False
-    job._state.db = connection.alias
+    for job, pk in zip(jobs, ids, strict=True):
+        job.pk = pk
+        job._state.adding = False
+        job._state.db = connection.alias
     return True
 
 

@@ -263,6 +263,15 @@ def _write_new(user: User | None, new: list[Item]) -> None:
     if not new:
         return
     unsaved = [_unsaved(user, item) for item in new]
+    if admission.can_write_at_once():
+        # Two round trips (services/admission.py); a client_token taken meanwhile is
+        # answered as the insert's clash would be (submit_jobs).
+        if not admission.write_at_once(user, unsaved,
+                                       token=any(item.token is not None for item in new)):
+            raise IntegrityError("a client_token of the batch was used meanwhile")
+        for item, job in zip(new, unsaved, strict=True):
+            item.existing = job
+        return
     with transaction.atomic():
         with events.admit_with_next_statement(item.share.pk for item in new):
             jobs = Job.objects.bulk_create(unsaved)

@@ -122,7 +122,7 @@ def _write_submission(user: User | None, new: Job, token: str | None,
     SUBMITTED event written, in one statement), then the commit.  With a client_token a
     savepoint goes with the locks, so that a clash keeps the transaction."""
     if admission.can_write_at_once():
-        if admission.write_at_once(user, new, token=token is not None):
+        if admission.write_at_once(user, [new], token=token is not None):
             return new, True
         existing = _job_for_token(user, token) if token is not None else None
         if existing is None:

@@ -434,13 +434,14 @@ class Writers:
 
         real_write_at_once = admission.write_at_once
 
-        def write_at_once(user: Any, job: Any, **options: Any) -> bool:
-            # A submission's own transaction writes its one event (not through record_all).
-            written = real_write_at_once(user, job, **options)
+        def write_at_once(user: Any, jobs: Any, **options: Any) -> bool:
+            # A submission's own transaction writes its events (not through record_all).
+            written = real_write_at_once(user, jobs, **options)
             if written:
-                pk = Event.objects.get(job_id=job.pk, type="SUBMITTED").pk
-                with self._lock:
-                    self.transaction_of[pk] = -job.pk  # a transaction of its own
+                ids = Event.objects.filter(job__in=jobs, type="SUBMITTED").values_list(
+                    "id", flat=True)
+                with self._lock:  # a transaction of their own
+                    self.transaction_of.update(dict.fromkeys(ids, -jobs[0].pk))
             return written
 
         monkeypatch.setattr(events, "record", record)
