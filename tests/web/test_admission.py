@@ -268,3 +268,41 @@ def test_a_batch_is_admitted_whole_or_refused_whole_under_concurrency(
     names = sorted(Job.objects.values_list("name", flat=True))
     assert len({name.split("-")[0] for name in names}) == 2  # two whole batches
     assert Event.objects.filter(type="SUBMITTED").count() == 8
+
+
+def round_trips(action: Callable[[], object]) -> int:
+    """How many times this connection waited for PostgreSQL while `action` ran: psycopg
+    waits at least once per round trip (statements sent together in one string are
+    answered in one wait; pipeline mode may wait once per result)."""
+    connection.ensure_connection()
+    raw = connection.connection
+    real = raw.wait
+    count = 0
+
+    def wait(*args: Any, **kwargs: Any) -> Any:
+        nonlocal count
+        count += 1
+        return real(*args, **kwargs)
+
+    raw.wait = wait
+    try:
+        action()
+    finally:
+        del raw.wait
+    return count
+
+
+def test_a_submission_is_one_read_and_a_transaction_of_two_waits(
+        share: QuotaShare, member: Any) -> None:
+    """After the share is read: BEGIN, the share's lock, the announcement and the statement
+    that inserts the job and its event, sent together; then COMMIT.  The same for a batch,
+    after its share, limits and members are read."""
+    from quotaweb.services.batch import submit_jobs
+
+    submit_job(member, **fields("warm"))  # the token-free caches and the first connection
+    assert round_trips(lambda: submit_job(member, **fields("one"))) == 1 + 2
+    assert round_trips(lambda: submit_job(member, **fields("two"), client_token="t")) == 2 + 2
+    assert round_trips(lambda: submit_job(member, **fields("two"), client_token="t")) == 1
+    assert round_trips(lambda: submit_jobs(member, [fields(f"b{n}") for n in range(10)])
+                       ) == 3 + 2
+    assert Event.objects.filter(type="SUBMITTED").count() == Job.objects.count() == 13
