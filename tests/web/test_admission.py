@@ -123,9 +123,11 @@ def test_a_submission_does_not_wait_for_an_open_writer_and_readers_stop_below_it
         share: QuotaShare, member: Any) -> None:
     """A writer that drew a lower event id stays open while a submission commits a higher
     one beside it (no lock to wait for): until the writer commits, readers' bound stays
-    below its id, so neither the API's listing nor the broadcaster shows the submission's
-    event and moves past the open one; once it commits, both are read, in id order."""
+    below its id, so neither the API's listing, the broadcaster nor the live feed's replay
+    and snapshot stamp show the submission's event and move past the open one; once it
+    commits, both are read, in id order."""
     from quotaweb.realtime.broadcast import read_batch
+    from quotaweb.realtime.feed import on_connect
 
     holding, submitted, release = threading.Event(), threading.Event(), threading.Event()
     written: dict[str, int] = {}
@@ -151,6 +153,9 @@ def test_a_submission_does_not_wait_for_an_open_writer_and_readers_stop_below_it
             seen["rows"] = list(events.readable(Event.objects.all()).values_list("id", flat=True))
             seen["committed"] = list(Event.objects.values_list("type", flat=True))
             seen["broadcast"] = read_batch(100).payloads
+            # A reconnect that saw everything before the committed event: its replay.
+            seen["replay"] = on_connect(Event.objects.get().pk - 1)
+            seen["stamp"] = on_connect(None)[0]["last_event_id"]  # a snapshot's
         finally:
             release.set()
 
@@ -159,7 +164,8 @@ def test_a_submission_does_not_wait_for_an_open_writer_and_readers_stop_below_it
     assert written["holder"] < event_id
     assert seen["committed"] == ["SUBMITTED"]  # it committed while the holder was open
     assert seen["bound"] < written["holder"]
-    assert seen["rows"] == [] and seen["broadcast"] == []
+    assert seen["rows"] == [] and seen["broadcast"] == [] and seen["replay"] == []
+    assert seen["stamp"] < written["holder"]
     assert events.readable_upto() == event_id
     assert list(events.readable(Event.objects.order_by("id")).values_list("type", flat=True)
                 ) == ["SHARE_UPDATED", "SUBMITTED"]
