@@ -5,15 +5,17 @@ A submission holds the admission lock of each share it goes to from its insert t
 commit (quotaweb.scheduling.events.lock_shares), so that no two submissions to a share slip
 past a limit together (a share's per-user rate limit is counted per share too), and a change
 of the share's state or limits comes wholly before or after it.  Every round trip under
-that lock is paid by every other submission to the share waiting for it, so the section is
-kept to three: the locks and the announcement of the events sent with the job insert (or
-the batch's one insert), then this statement, which counts what the limits count and
-inserts the events only if the share takes them, and the commit.  The statement's snapshot
-is taken after the lock, so it sees every submission committed before, and its counts
-include this transaction's own new jobs.
+that lock is paid by every other submission to the share waiting for it, so on PostgreSQL
+outside a transaction (`write_at_once`) the section is two: the locks, the announcement of
+the events and one statement that inserts the jobs and, if the shares take them, their
+events, all sent together; then the commit.  Elsewhere (`admit`) three: the locks and the
+announcement sent with the job insert (or the batch's one insert), then the statement that
+inserts the events if the shares take them, then the commit.  The statement's snapshot is
+taken after the locks, so it sees every submission committed before; its counts include
+this transaction's own new jobs (added to them when the statement inserts them itself).
 
-When the statement inserts nothing the submission is refused: the caller rolls back and
-`explain` finds which rule refused it, with the figures its message gives.
+When the statement inserts no event the submission is refused: the transaction rolls back
+and `explain` finds which rule refused it, with the figures its message gives.
 """
 
 from __future__ import annotations
