@@ -302,7 +302,7 @@ def test_a_submission_is_one_read_and_a_transaction_of_two_waits(
         share: QuotaShare, member: Any) -> None:
     """After the share is read: BEGIN, the share's lock, the announcement and the statement
     that inserts the job and its event, sent together; then COMMIT.  The same for a batch,
-    after its share, limits and members are read."""
+    after its share, limits and members are read.  The rows are the ORM's."""
     from quotaweb.services.batch import submit_jobs
 
     submit_job(member, **fields("warm"))  # the token-free caches and the first connection
@@ -312,3 +312,31 @@ def test_a_submission_is_one_read_and_a_transaction_of_two_waits(
     assert round_trips(lambda: submit_jobs(member, [fields(f"b{n}") for n in range(10)])
                        ) == 3 + 2
     assert Event.objects.filter(type="SUBMITTED").count() == Job.objects.count() == 13
+    assert_rows_as_the_orm_writes(member)
+
+
+def assert_rows_as_the_orm_writes(member: Any) -> None:
+    """A job inserted with its event in one statement (a single submission or a batch,
+    outside a transaction) has every column as the ORM's insert writes it (inside one)."""
+    from quotaweb.services.batch import submit_jobs
+
+    given = {"priority": 3, "keep_alive_seconds": 0, "environment": {"A": "1"},
+             "client_token": None, "duration_seconds": 7}
+    at_once = [submit_job(member, **{**fields("single"), **given})[0],
+               submit_jobs(member, [{**fields("batch"), **given}])[0][0]]
+    with transaction.atomic():  # the ORM's path
+        by_orm = [submit_job(member, **{**fields("single"), **given})[0],
+                  submit_jobs(member, [{**fields("batch"), **given}])[0][0]]
+    ignored = {"id", "created_at"}
+
+    def row(job: Job) -> dict[str, Any]:
+        return {key: value for key, value in Job.objects.filter(pk=job.pk).values()[0].items()
+                if key not in ignored}
+
+    for written, expected in zip(at_once, by_orm, strict=True):
+        assert {key: value for key, value in row(written).items()
+                if value != row(expected)[key]} == {}
+    for job in at_once:  # the object returned is the row written
+        stored = Job.objects.get(pk=job.pk)
+        assert (job.created_at, job.name) == (stored.created_at, stored.name)
+        assert Event.objects.get(job=job).time == stored.created_at
