@@ -27,6 +27,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import connection
+from django.db.models.signals import post_save, pre_save
 from django.utils import timezone
 
 from scheduler.events import Submitted
@@ -63,9 +64,11 @@ def admit(user: Any, jobs: Sequence[Job], now: datetime | None = None) -> None:
 
 
 def can_write_at_once() -> bool:
-    """Whether `write_at_once` can run here: PostgreSQL, outside any transaction."""
+    """Whether `write_at_once` can run here: PostgreSQL, outside any transaction, and
+    nothing listens to a Job's save (its rows are not saved through the model)."""
     return (connection.vendor == "postgresql" and not connection.in_atomic_block
-            and connection.get_autocommit())
+            and connection.get_autocommit()
+            and not (pre_save.has_listeners(Job) or post_save.has_listeners(Job)))
 
 
 def write_at_once(user: Any, jobs: Sequence[Job], *, token: bool,
