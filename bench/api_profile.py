@@ -50,7 +50,8 @@ from bench.api import (  # noqa: E402
 # for the "where" column; every matching layer counts for the "through" share).
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("psycopg (talking to PostgreSQL)", ("psycopg/",)),
-    ("event lock (lock_events)", ("lock_events",)),
+    ("locks and announcement (admit_with_next_statement, lock_changes)",
+     ("admit_with_next_statement", "lock_shares", "lock_changes", "announce")),
     ("connection pool", ("psycopg_pool/",)),
     ("Django ORM / SQL compiler", ("django/db/models/", "django/db/backends/")),
     ("pydantic validation", ("pydantic",)),

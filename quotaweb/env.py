@@ -157,9 +157,10 @@ def database(url: str, *, pool_size: int = 10) -> dict[str, object]:
         # instead of failing the request.  One returned less long ago is handed out as it
         # is (no round trip per request): quotaweb/postgresql/base.py.
         "CONN_HEALTH_CHECKS": True,
-        # A request waits up to POOL_WAIT_SECONDS for a connection: submissions queue
-        # behind a cycle that holds the event lock while it applies (seconds, when it
-        # dispatches hundreds of jobs), holding their connections meanwhile.
+        # A request waits up to POOL_WAIT_SECONDS for a connection: submissions to a
+        # share queue behind each other on its admission lock, and user actions behind a
+        # cycle that holds the change lock while it applies (seconds, when it dispatches
+        # hundreds of jobs), holding their connections meanwhile.
         "OPTIONS": {"pool": {"min_size": 1, "max_size": pool_size,
                              "timeout": POOL_WAIT_SECONDS}}
         if pool_size

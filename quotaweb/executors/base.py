@@ -22,7 +22,7 @@ Who owns what:
   own polling, the attempts whose outcome is set while their work still runs, and stop
   them by `kill_at`.
 - **Reports.**  Every cycle calls `poll(now)` on every registered executor, in the
-  cycle's transaction and under the event lock, before the snapshot is read, and applies
+  cycle's transaction and under the change lock, before the snapshot is read, and applies
   what it yields with `apply_report` (quotaweb.executors.reports), each report before the
   next is asked for (so a later one may build on an earlier): RUNNING marks the attempt
   started; ENDED ends it through the single compare-and-swap,

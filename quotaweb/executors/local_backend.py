@@ -232,7 +232,7 @@ def _record_running(attempt: Attempt, pid: int) -> bool:
     """Record the pid and mark the attempt RUNNING.  False when a terminate or preemption
     came first: the supervisor then sees the outcome and stops the process."""
     with transaction.atomic():
-        events.lock_events()
+        events.lock_changes()
         Attempt.objects.filter(pk=attempt.pk).update(pid=pid)
         return mark_running(attempt, timezone.now())
 
@@ -240,7 +240,7 @@ def _record_running(attempt: Attempt, pid: int) -> bool:
 def _fail_to_start(attempt: Attempt, reason: str) -> None:
     log.error("attempt %s: %s", attempt.pk, reason)
     with transaction.atomic():
-        events.lock_events()
+        events.lock_changes()
         with contextlib.suppress(AttemptAlreadyEnded):
             finish_attempt(attempt, Outcome.FAILED, timezone.now(),
                            failure=Failure.PLATFORM_ERROR, reason=reason)

@@ -11,7 +11,7 @@ preemption or a terminate stops them all with the same grace.  The attempt ends:
 - FAILED as a platform error when a rank's host stops heartbeating, or a rank is not
   started within the claim timeout.
 
-The end is decided under the event lock, so two ranks ending at once see each other.
+The end is decided under the change lock, so two ranks ending at once see each other.
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ def heartbeat(attempt_ids: list[int], host: str, now: datetime) -> None:
 
 
 def settle(process: LocalProcess, attempt: Attempt, now: datetime) -> None:
-    """A rank's process ended (under the event lock): record its exit code, then end the
+    """A rank's process ended (under the change lock): record its exit code, then end the
     attempt if this decides it."""
     AttemptRank.objects.filter(attempt=attempt, rank=process.rank).update(
         exit_code=process.exit_code)
@@ -101,7 +101,7 @@ def fail(attempt: Attempt, reason: str, failure: Failure | None,
          exit_code: int | None = None) -> None:
     log.warning("attempt %s: %s", attempt.pk, reason)
     with transaction.atomic():
-        events.lock_events()
+        events.lock_changes()
         with contextlib.suppress(AttemptAlreadyEnded):
             finish_attempt(attempt, Outcome.FAILED, timezone.now(), failure=failure,
                            reason=reason, exit_code=exit_code)
@@ -109,7 +109,7 @@ def fail(attempt: Attempt, reason: str, failure: Failure | None,
 
 def expire(now: datetime) -> Iterator[AttemptReport]:
     """Platform failures of multi-host attempts (the local executor's poll, under the
-    event lock): a rank whose host stopped heartbeating, or ranks never started."""
+    change lock): a rank whose host stopped heartbeating, or ranks never started."""
     lease = timedelta(seconds=settings.QUOTAWEB["HEARTBEAT_LEASE_SECONDS"])
     for rank in AttemptRank.objects.select_related(
         "attempt__job__quota_share", "attempt__warm_pool"

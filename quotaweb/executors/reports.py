@@ -24,7 +24,7 @@ from .base import AttemptReport, LogChunk, ReportState
 
 
 def apply_report(report: AttemptReport) -> bool:
-    """Apply one report (the caller holds a transaction with the event lock).  False when
+    """Apply one report (the caller holds a transaction with the change lock).  False when
     it changed nothing: the attempt is gone, was not STARTING, or someone else ended it
     first (then only the exit code is kept, where none was recorded)."""
     attempt = Attempt.objects.select_related("job__quota_share", "warm_pool").filter(

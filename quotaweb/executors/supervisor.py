@@ -304,7 +304,7 @@ def _settle(process: LocalProcess) -> None:
     preempted or terminated) just its exit code."""
     now = timezone.now()
     with transaction.atomic():
-        events.lock_events()
+        events.lock_changes()
         attempt = Attempt.objects.select_related("job__quota_share", "warm_pool").filter(
             pk=process.attempt_id
         ).first()
@@ -377,7 +377,7 @@ def reconcile(host: str) -> list[int]:
     failed = []
     for attempt in [*orphans, *(rank.attempt for rank in rank_orphans)]:
         with transaction.atomic():
-            events.lock_events()
+            events.lock_changes()
             try:
                 finish_attempt(attempt, Outcome.FAILED, now, failure=Failure.PLATFORM_ERROR,
                                reason=EXECUTOR_RESTARTED)

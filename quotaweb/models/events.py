@@ -4,8 +4,8 @@ from .jobs import Job
 
 
 class Event(models.Model):
-    """The outbox: every state change, in commit order (ids follow commits because every
-    writer holds the event lock until it commits; see quotaweb.scheduling.events).
+    """The outbox: every state change, read in commit order (readers read only up to the id
+    below which no writer still being committed can add one; see quotaweb.scheduling.events).
     Broadcasting reads from here after commit, so nothing is shown that did not happen."""
 
     time = models.DateTimeField(db_index=True)

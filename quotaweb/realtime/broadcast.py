@@ -1,10 +1,11 @@
 """The outbox broadcaster: committed events and usage samples to every websocket client.
 
 Rules (docs/architecture.md, Shell):
-- Only committed rows are read, so nothing is shown that did not happen.  Event ids follow
-  commit order (every writer holds the event lock until it commits; usage samples are
-  written by the cycle inside that same locked transaction), so reading "id > cursor"
-  never skips a row that commits later with a smaller id.
+- Only committed rows are read, so nothing is shown that did not happen.  Events are read
+  only up to the bound below which the log is final (quotaweb.scheduling.events.readable:
+  no writer can still commit an id at or below it), and usage samples' ids follow commit
+  order (the cycle writes them holding SchedulerState's row lock until it commits), so
+  reading "id > cursor" never skips a row that commits later with a smaller id.
 - The cursors (SchedulerState.broadcast_cursor for events, usage_cursor for samples) are
   advanced only after sending, with a compare-and-swap: of two broadcasters that read the
   same cursors only one advances them.
@@ -39,6 +40,7 @@ from ..read_model.events import event_rows, shown_event_dict
 from ..read_model.jobs import View, job_dict
 from ..read_model.times import iso
 from ..read_model.usage import usage_dict, usage_rows
+from ..scheduling.events import readable
 from ..web.job_data import estimate
 from .consumers import GROUP
 
@@ -103,7 +105,7 @@ def read_batch(limit: int) -> Batch:
     """Up to `limit` events and `limit` samples after the cursors, events first.  Three
     queries, whatever the number of rows."""
     state = SchedulerState.get()
-    events = list(event_rows().filter(id__gt=state.broadcast_cursor)[:limit])
+    events = list(readable(event_rows()).filter(id__gt=state.broadcast_cursor)[:limit])
     samples = list(usage_rows().filter(id__gt=state.usage_cursor)[:limit])
     payloads: list[Payload] = [
         {"type": "event", "event": shown_event_dict(event)} for event in events

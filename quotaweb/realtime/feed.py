@@ -16,13 +16,14 @@ from contextlib import contextmanager
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import Max, Min
+from django.db.models import Max, Min, Q
 
 from ..models import Event
 from ..read_model.events import event_rows, shown_event_dict
 from ..read_model.jobs import active_job_rows, job_summary_dict
 from ..read_model.pools import live_pool_dict, live_pool_rows
 from ..read_model.usage import latest_usage_rows, usage_dict
+from ..scheduling.events import readable, readable_upto
 from ..services import permissions
 
 # A reconnect that missed more events than this gets a snapshot instead: replaying
@@ -38,15 +39,21 @@ def on_connect(after: int | None, viewer: Any = None) -> list[Message]:
     """The messages to send on connect, in order: the missed events, or a snapshot as
     `viewer` may see it (no viewer: secrets of no share).
 
-    A fixed number of queries, whatever the number of rows.
+    A fixed number of queries, whatever the number of rows.  Events are replayed, and the
+    snapshot stamped with the last event, only up to the bound below which the log is
+    final (quotaweb.scheduling.events.readable_upto), read before the snapshot's
+    transaction starts: the state read after it reflects at least every event up to it,
+    and every later event reaches the client through the group.
     """
+    upto = readable_upto()
     with _consistent_reads():
-        bounds = Event.objects.aggregate(first=Min("id"), last=Max("id"))
+        bounds = Event.objects.aggregate(first=Min("id"), last=Max("id"),
+                                         stamp=Max("id", filter=Q(id__lte=upto)))
         if after is not None and _in_log(after, bounds["first"], bounds["last"]):
-            missed = list(event_rows().filter(id__gt=after)[: MAX_REPLAY + 1])
+            missed = list(readable(event_rows().filter(id__gt=after), upto)[: MAX_REPLAY + 1])
             if len(missed) <= MAX_REPLAY:
                 return [event_message(event) for event in missed]
-        return snapshot(bounds["last"] or 0, permissions.share_ids_with_secrets(viewer))
+        return snapshot(bounds["stamp"] or 0, permissions.share_ids_with_secrets(viewer))
 
 
 def _in_log(after: int, first: int | None, last: int | None) -> bool:
@@ -92,7 +99,7 @@ def event_message(event: Event) -> Message:
 @contextmanager
 def _consistent_reads() -> Iterator[None]:
     """On PostgreSQL, one REPEATABLE READ transaction: every read sees the same commits,
-    so the snapshot is exactly the state after `last_event_id`.  Elsewhere (SQLite, whose
+    all of those up to `last_event_id` among them.  Elsewhere (SQLite, whose
     transactions here take the write lock) plain reads: the event bounds are read first,
     so the state read after them is never older than the id it is stamped with."""
     if connection.vendor != "postgresql" or connection.in_atomic_block:

@@ -35,7 +35,7 @@ class StaleSnapshot(Exception):
 
 
 def apply_decisions(result: CycleResult, now: datetime) -> int:
-    """Apply every decision (the caller holds the transaction and the event lock).
+    """Apply every decision (the caller holds the transaction and the change lock).
     Returns how many rows were changed."""
     changed = 0
     pending: dict[int, str] = {}

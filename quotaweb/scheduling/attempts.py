@@ -3,7 +3,7 @@ reports through these, quotaweb/executors/base.py).  As it ends, scheduler.effec
 decides what follows by the pure rules of scheduler.lifecycle (retried or final, what
 becomes of its instances, docs/semantics.md 4, 6); quotaweb.scheduling.effects writes it.
 
-Callers hold a transaction with the event lock (events.lock_events()).
+Callers hold a transaction with the change lock (events.lock_changes()).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ world.  What a decision or an attempt's end does is decided by the pure function
 scheduler.effects; this module only writes it, with the compare-and-swap guards of the
 caller (a cycle's decisions raise StaleSnapshot, an attempt's end AttemptAlreadyEnded).
 
-Callers hold a transaction with the event lock (events.lock_events()).  A cycle's Writers
+Callers hold a transaction with the change lock (events.lock_changes()).  A cycle's Writers
 share a Batch: they collect the events and the dispatches instead of writing them, and the
 Batch writes them grouped (a few statements for any number of dispatches), in the order the
 Writers met them, so that event and attempt ids come out as if written one by one.

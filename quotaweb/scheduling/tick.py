@@ -61,7 +61,7 @@ def run_cycle(
         planned_at = time.perf_counter()
         try:
             with transaction.atomic():
-                events.lock_events()
+                events.lock_changes()
                 apply_decisions(result, now)
                 usage.record_changes(now)
                 applied_at = time.perf_counter()

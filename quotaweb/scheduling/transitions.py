@@ -22,7 +22,7 @@ def advance(now: datetime) -> list[int]:
     """Apply every transition due by `now`; returns the attempts to launch (STARTING,
     start delay over, not yet claimed, of an executor that is launched)."""
     with transaction.atomic():
-        events.lock_events()
+        events.lock_changes()
         _start_scheduled(now)
         for executor in all_executors():
             steps = getattr(executor, "poll_steps", None)

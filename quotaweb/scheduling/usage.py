@@ -1,8 +1,9 @@
 """Usage samples: each share's figures per unit (docs/semantics.md 3), written when they change.
 
-Write them only inside a transaction holding the event lock (events.lock_events()), as the
-cycle does: the broadcaster follows a cursor over their ids, which must follow commit order
-like the events' ids.
+Write them only as the cycle does, in a transaction holding the change lock
+(events.lock_changes()) and, from `record_changes` on, SchedulerState's row lock: the
+broadcaster follows a cursor over their ids, which must follow commit order, and writers
+that hold that row until they commit draw their ids one after another.
 """
 
 from __future__ import annotations

@@ -1,26 +1,33 @@
 """Admitting new jobs: the checks that must see every earlier submission (the share still
 ENABLED, its queue limits) and the jobs' SUBMITTED events, in one statement.
 
-A submission holds the event lock from its checks to its commit (quotaweb.scheduling.events),
-so that event ids follow commit order and no two submissions slip past a limit together.
-Every round trip under that lock is paid by every other writer waiting for it, so the
-section is kept to three: the lock, the job insert (or the batch's one insert), then this
-statement, which counts what the limits count and inserts the events only if the share
-takes them, and the commit.  The statement's snapshot is taken after the lock, so it sees
-every submission committed before, and its counts include this transaction's own new jobs.
+A submission holds the admission lock of each share it goes to from its insert to its
+commit (quotaweb.scheduling.events.lock_shares), so that no two submissions to a share slip
+past a limit together (a share's per-user rate limit is counted per share too), and a change
+of the share's state or limits comes wholly before or after it.  Every round trip under
+that lock is paid by every other submission to the share waiting for it, so on PostgreSQL
+outside a transaction (`write_at_once`) the section is two: the locks, the announcement of
+the events and one statement that inserts the jobs and, if the shares take them, their
+events, all sent together; then the commit.  Elsewhere (`admit`) three: the locks and the
+announcement sent with the job insert (or the batch's one insert), then the statement that
+inserts the events if the shares take them, then the commit.  The statement's snapshot is
+taken after the locks, so it sees every submission committed before; its counts include
+this transaction's own new jobs (added to them when the statement inserts them itself).
 
-When the statement inserts nothing the submission is refused: the caller rolls back and
-`explain` finds which rule refused it, with the figures its message gives.
+When the statement inserts no event the submission is refused: the transaction rolls back
+and `explain` finds which rule refused it, with the figures its message gives.
 """
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 from django.db import connection
+from django.db.models.signals import post_save, pre_save
 from django.utils import timezone
 
 from scheduler.events import Submitted
@@ -41,7 +48,7 @@ def admit(user: Any, jobs: Sequence[Job], now: datetime | None = None) -> None:
     """Write the SUBMITTED events of `jobs` (inserted in this transaction, in their order)
     if every share they go to is ENABLED and within its queue limits for `user` (None: the
     system, whose jobs the limits do not count).  Raises Refused, having written nothing.
-    The caller holds the event lock."""
+    The caller holds the shares' admission locks and has announced."""
     if not jobs:
         return
     now = now or timezone.now()
@@ -56,9 +63,99 @@ def admit(user: Any, jobs: Sequence[Job], now: datetime | None = None) -> None:
         raise Refused()
 
 
-def _conditions(user: Any, jobs: Sequence[Job], now: datetime) -> tuple[list[str], list[Any]]:
+def can_write_at_once() -> bool:
+    """Whether `write_at_once` can run here: PostgreSQL, outside any transaction, and
+    nothing listens to a Job's save (its rows are not saved through the model)."""
+    return (connection.vendor == "postgresql" and not connection.in_atomic_block
+            and connection.get_autocommit()
+            and not (pre_save.has_listeners(Job) or post_save.has_listeners(Job)))
+
+
+def write_at_once(user: Any, jobs: Sequence[Job], *, token: bool,
+                  now: datetime | None = None) -> bool:
+    """Submit unsaved jobs (one, or a batch's) in one transaction of two round trips
+    (PostgreSQL, outside a transaction).  The first sends BEGIN, the admission lock of
+    every share they go to (in id order), the announcement of their events
+    (quotaweb.scheduling.events), then one statement that inserts the jobs (with `token`,
+    none whose client_token is taken: one_job_per_client_token) and, if every share is
+    ENABLED and within its limits with the jobs counted, their SUBMITTED events in the
+    jobs' order.  The second commits, or rolls back when a job or the events are missing.
+
+    True: written (the jobs have their ids).  False: a client_token was taken, nothing
+    written.  Raises Refused, having written nothing."""
+    from psycopg import ClientCursor  # PostgreSQL's driver: imported where it is used
+
+    now = now or timezone.now()
+    submitted = events.of(Submitted(), job=jobs[0], time=jobs[0].created_at)
+    insert, insert_params = _insert(jobs, ignore_conflicts=token)
+    conditions, condition_params = _conditions(user, jobs, now, unseen=True)
+    shares = sorted({job.quota_share_id for job in jobs})
+    locks = ", ".join([f"pg_advisory_xact_lock({events.SHARE_LOCK_SPACE}, %s)"] * len(shares))
+    sql = (f"BEGIN; SELECT {locks}; {events.ANNOUNCE_SQL}; "
+           f"WITH new_job AS ({insert} RETURNING id, created_at, quota_share_id), "
+           f"new_event AS (INSERT INTO {events.EVENT_TABLE} "
+           "(time, type, job_id, quota_share, details) "
+           "SELECT new_job.created_at, %s, new_job.id, s.name, %s::jsonb "
+           f"FROM new_job JOIN {SHARE_TABLE} s ON s.id = new_job.quota_share_id "
+           f"WHERE {' AND '.join(conditions)} ORDER BY new_job.id RETURNING id) "
+           "SELECT (SELECT array_agg(id ORDER BY id) FROM new_job), "
+           "(SELECT count(*) FROM new_event)")
+    params = [*shares, *insert_params, str(submitted.type), json.dumps(submitted.details),
+              *condition_params]
+    connection.ensure_connection()
+    raw = connection.connection
+    with connection.wrap_database_errors, ClientCursor(raw) as cursor:
+        # Several statements with parameters: bound here, sent in one round trip.
+        try:
+            cursor.execute(sql, params)
+            while cursor.nextset():
+                pass  # to the last statement's row
+            ids, written = cursor.fetchone()
+        except BaseException:
+            raw.execute("ROLLBACK")
+            raise
+        ids = ids or []
+        whole = len(ids) == len(jobs) and written == len(jobs)
+        raw.execute("COMMIT" if whole else "ROLLBACK")
+    if len(ids) < len(jobs):
+        return False
+    if not whole:
+        raise Refused()
+    for job, pk in zip(jobs, ids, strict=True):
+        job.pk = pk
+        job._state.adding = False
+        job._state.db = connection.alias
+    return True
+
+
+def _insert(jobs: Sequence[Job], *, ignore_conflicts: bool) -> tuple[str, list[Any]]:
+    """An INSERT of the jobs' rows from one JSON parameter (jsonb_to_recordset, in their
+    order): each column's value as saving the job would write it (its pre_save: the
+    creation time is set here), without preparing some 40,000 parameters one by one."""
+    fields = _INSERTED
+    rows = [{field.column: field.pre_save(job, True) for field in fields} for job in jobs]
+    columns = ", ".join(connection.ops.quote_name(field.column) for field in fields)
+    types = ", ".join(f"{connection.ops.quote_name(field.column)} {field.db_type(connection)}"
+                      for field in fields)
+    conflict = " ON CONFLICT DO NOTHING" if ignore_conflicts else ""
+    sql = (f"INSERT INTO {JOB_TABLE} ({columns}) SELECT {columns} FROM ROWS FROM "
+           f"(jsonb_to_recordset(%s::jsonb) AS ({types})) WITH ORDINALITY AS r "
+           f"ORDER BY r.ordinality{conflict}")
+    return sql, [json.dumps(rows, default=_json_value, separators=(",", ":"))]
+
+
+def _json_value(value: object) -> str:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(f"a job's column holds {type(value).__name__}, not written as JSON")
+
+
+def _conditions(user: Any, jobs: Sequence[Job], now: datetime, *, unseen: bool = False
+                ) -> tuple[list[str], list[Any]]:
     """Per share: ENABLED, and (for a user) its queued jobs and this user's submissions in
-    the last minute, counted up to one past the limit, within the limits."""
+    the last minute, counted up to one past the limit, within the limits.  `unseen`: the
+    statement does not see `jobs` yet (they are inserted by the same statement), so they
+    are added to the counts."""
     per_share = Counter(job.quota_share_id for job in jobs)
     shares = {job.quota_share_id: job.quota_share for job in jobs}
     conditions: list[str] = []
@@ -73,13 +170,14 @@ def _conditions(user: Any, jobs: Sequence[Job], now: datetime) -> tuple[list[str
         conditions.append(
             f"(SELECT count(*) FROM (SELECT 1 FROM {JOB_TABLE} j WHERE j.quota_share_id = %s "
             f"AND j.status IN ({', '.join(['%s'] * len(QUEUED_STATUSES))}) LIMIT %s) q) <= %s")
+        pending = per_share[share_id] if unseen else 0
         params += [share_id, *(str(status) for status in QUEUED_STATUSES),
-                   share.max_queued_jobs + 1, share.max_queued_jobs]
+                   share.max_queued_jobs + 1, share.max_queued_jobs - pending]
         conditions.append(
             f"(SELECT count(*) FROM (SELECT 1 FROM {JOB_TABLE} j WHERE j.quota_share_id = %s "
             "AND j.submitted_by_id = %s AND j.created_at > %s LIMIT %s) r) <= %s")
         params += [share_id, user.pk, now - WINDOW, share.max_submissions_per_minute + 1,
-                   share.max_submissions_per_minute]
+                   share.max_submissions_per_minute - pending]
     return conditions, params
 
 
@@ -87,7 +185,7 @@ def explain(user: Any, jobs: Sequence[Job], now: datetime | None = None, *,
             batch: bool = False) -> None:
     """Raise the refusal of `jobs` as `admit` found it (SHARE_DISABLED, QUEUE_FULL,
     TOO_MANY_SUBMISSIONS), counted as if they were not written yet.  The caller holds the
-    event lock in a transaction where they are not written (or excludes them)."""
+    shares' admission locks in a transaction where they are not written (or excludes them)."""
     _check(user, jobs, now or timezone.now(), exclude=[], batch=batch)
 
 
@@ -109,4 +207,5 @@ def _check(user: Any, jobs: Sequence[Job], now: datetime, exclude: list[int],
 
 
 JOB_TABLE = Job._meta.db_table
+_INSERTED = [field for field in Job._meta.concrete_fields if not field.primary_key]
 SHARE_TABLE = QuotaShare._meta.db_table

@@ -3,7 +3,8 @@
 Every item is a submission as `submit_job` takes it and is checked the same way, in this
 order: permission for every item's share first, then every item's values, so that a
 refusal names every item at fault by its index (`jobs[3].priority`), never a half.  Then
-one transaction takes the event lock once, checks the shares' state and queue limits for
+one transaction takes the admission lock of every share the batch goes to and announces
+its events (quotaweb.scheduling.events), checks the shares' state and queue limits for
 the whole batch (a batch of n counts as n submissions), inserts the new jobs in the
 batch's order (their ids, and so their submission order, follow it) and writes their
 SUBMITTED events together.  Items whose client_token this user already used return that
@@ -245,7 +246,7 @@ def _write(user: User | None, checked: list[Item]) -> list[tuple[Job, bool]]:
             pass
         # Refused: say why from a transaction that wrote nothing (see submit_job).
         with transaction.atomic():
-            events.lock_events()
+            events.lock_shares(item.share.pk for item in new)
             admission.explain(user, [_unsaved(user, item) for item in new], batch=True)
     else:
         raise Conflict("SUBMISSION_CONTENDED", "The batch was refused and then not, "
@@ -255,14 +256,24 @@ def _write(user: User | None, checked: list[Item]) -> list[tuple[Job, bool]]:
 
 
 def _write_new(user: User | None, new: list[Item]) -> None:
-    """One transaction under the event lock: one insert of every new job, then their
+    """One transaction under the admission locks of the batch's shares, its events
+    announced (quotaweb.scheduling.events): one insert of every new job, then their
     admission (services/admission.py: the shares' state and queue limits with the whole
     batch counted, and the SUBMITTED events, in one statement)."""
     if not new:
         return
     unsaved = [_unsaved(user, item) for item in new]
+    if admission.can_write_at_once():
+        # Two round trips (services/admission.py); a client_token taken meanwhile is
+        # answered as the insert's clash would be (submit_jobs).
+        if not admission.write_at_once(user, unsaved,
+                                       token=any(item.token is not None for item in new)):
+            raise IntegrityError("a client_token of the batch was used meanwhile")
+        for item, job in zip(new, unsaved, strict=True):
+            item.existing = job
+        return
     with transaction.atomic():
-        with events.lock_events_with_next_statement():
+        with events.admit_with_next_statement(item.share.pk for item in new):
             jobs = Job.objects.bulk_create(unsaved)
         admission.admit(user, jobs)
     for item, job in zip(new, jobs, strict=True):

@@ -57,9 +57,12 @@ def limit_totals(*, excluding_share: int | None = None) -> dict[str, int]:
 
 
 def lock_configuration() -> dict[str, CapacityUnit]:
-    """Take the event lock, then lock every capacity row (in name order, so two writers
-    never deadlock): whoever checks Σ limits next sees this transaction's result."""
-    events.lock_events()
+    """Take the change lock (quotaweb.scheduling.events.lock_changes: configuration changes
+    run one at a time, and beside no cycle), then lock every capacity row (in name order,
+    so two writers never deadlock): whoever checks Σ limits next sees this transaction's
+    result.  Submissions do not wait for it; a change of a share's state or limits also
+    takes that share's admission lock (configuration._lock_share)."""
+    events.lock_changes()
     return {unit.name: unit for unit in CapacityUnit.objects.select_for_update().order_by("name")}
 
 

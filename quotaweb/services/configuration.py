@@ -13,8 +13,10 @@ max_submissions_per_minute) are at least 1; a share is deleted only when DISABLE
 
 The validators read the database and may be called without locks (forms call them to show
 errors early).  The functions that apply a change call them again inside one transaction
-after taking the event lock and locking the capacity rows (and the share's row), so two
-administrators cannot race past the Σ check.
+after taking the configuration lock and locking the capacity rows (and the share's
+admission lock and row), so two administrators cannot race past the Σ check, and a
+submission to a share is admitted either before a change of its state or limits or after
+it, never beside it.
 """
 
 from __future__ import annotations
@@ -292,7 +294,10 @@ def _members(problems: Problems, members: object) -> list[AbstractBaseUser] | No
 
 
 def _lock_share(share: QuotaShare | int) -> QuotaShare:
+    """The share's row, locked, after its admission lock: submissions to it wait until
+    this change commits, and then see its state and limits (services/admission.py)."""
     pk = share.pk if isinstance(share, QuotaShare) else share
+    events.lock_shares([pk])
     locked = QuotaShare.live.select_for_update().filter(pk=pk).first()
     if locked is None:
         raise NotFound(f"Quota share {getattr(share, 'name', pk)} does not exist.",
@@ -372,7 +377,7 @@ def delete_share(share: QuotaShare, *, now: datetime | None = None) -> QuotaShar
 
     now = now or timezone.now()
     with transaction.atomic():
-        events.lock_events()
+        lock_configuration()
         locked = _lock_share(share)
         if locked.state != ShareState.DISABLED:
             raise Conflict("SHARE_NOT_DISABLED", f"Quota share {locked.name} is "

@@ -1,7 +1,9 @@
 """User actions on jobs (docs/semantics.md 4 and 6): submit, change priority, terminate, change
-keep-alive.  Each runs in one transaction that takes the event lock first, re-reads the
-job under a row lock, and writes its event, so it is serialised with the scheduling cycle
-(whose compare-and-swap guards then see the change and roll back a stale plan).
+keep-alive.  Each runs in one transaction that announces its events first
+(quotaweb.scheduling.events), re-reads the job under a row lock, and writes its event: two
+changes of one job run one after the other, and the scheduling cycle's compare-and-swap
+updates wait for that row lock, then see the change and roll back a stale plan.
+A submission takes its share's admission lock instead, so that queue limits hold.
 """
 
 from __future__ import annotations
@@ -99,7 +101,7 @@ def submit_job(user: User | None, **fields: Any) -> tuple[Job, bool]:
         # figures, from a transaction that wrote nothing.  When nothing refuses it any more
         # (a job left the queue meanwhile), the submission is tried again.
         with transaction.atomic():
-            events.lock_events()
+            events.lock_shares([new.quota_share_id])
             admission.explain(user, [new])
     raise Conflict("SUBMISSION_CONTENDED", "The submission was refused and then not, "
                                            f"{REFUSAL_RECHECKS} times; try again.")
@@ -112,22 +114,36 @@ REFUSAL_RECHECKS = 3
 
 def _write_submission(user: User | None, new: Job, token: str | None,
                       fingerprint: str) -> tuple[Job, bool]:
-    """One transaction, the event lock taken first and held over three round trips: the
-    lock with the insert, the admission (services/admission.py: the share's state and
-    queue limits checked and the SUBMITTED event written, in one statement), the commit.
-    With a client_token, the lock and a savepoint around the insert cost three more."""
+    """One transaction.  On PostgreSQL outside a transaction, two round trips
+    (admission.write_at_once).  Otherwise the share's admission lock and the announcement
+    of its events (quotaweb.scheduling.events) sent with the insert, in one round trip;
+    then the admission (services/admission.py: the share's state and queue limits checked and the
+    SUBMITTED event written, in one statement), then the commit.  With a client_token a
+    savepoint goes with the locks, so that a clash keeps the transaction."""
+    if admission.can_write_at_once():
+        if admission.write_at_once(user, [new], token=token is not None):
+            return new, True
+        existing = _job_for_token(user, token) if token is not None else None
+        if existing is None:
+            raise Conflict("SUBMISSION_CONTENDED", "The submission's client_token was taken "
+                                                   "and then not; try again.")
+        return _repeat(existing, fingerprint), False
     with transaction.atomic():
         if token is None:
             # Only a client_token can clash (one_job_per_client_token): without one there
-            # is no savepoint to pay for, and the lock goes with the insert.
-            with events.lock_events_with_next_statement():
+            # is no savepoint to pay for, and the locks go with the insert.
+            with events.admit_with_next_statement([new.quota_share_id]):
                 new.save(force_insert=True)
         else:
-            events.lock_events()
+            with events.admit_with_next_statement([new.quota_share_id]):
+                savepoint = transaction.savepoint()
             try:
-                with transaction.atomic():  # a savepoint: the transaction survives a clash
-                    new.save(force_insert=True)
+                new.save(force_insert=True)
             except IntegrityError:
+                # Back to before the insert, where the transaction is sound (save()
+                # marked it for rollback, as an error inside an atomic block does).
+                transaction.set_rollback(False)
+                transaction.savepoint_rollback(savepoint)
                 existing = _job_for_token(user, token)
                 if existing is None:
                     raise
@@ -184,7 +200,7 @@ def _share_for(value: object, user: User | None = None, unit: object = None) -> 
 
 
 def _locked_job(job: Job | int, by: User | None) -> Job:
-    """Re-read the job under a row lock (the caller holds the event lock), and check that
+    """Re-read the job under a row lock (the caller has announced), and check that
     `by`, when given, may change it."""
     pk = job.pk if isinstance(job, Job) else job
     locked = Job.objects.select_for_update().select_related("quota_share").filter(pk=pk).first()
@@ -214,7 +230,7 @@ def update_priority(job: Job | int, priority: object, *, by: User | None = None)
     """Change a non-terminal job's priority; it counts from the next cycle."""
     checked = validate_priority(priority)
     with transaction.atomic():
-        events.lock_events()
+        events.lock_changes()
         locked = _locked_job(job, by)
         _refuse_terminal(locked, "priority")
         locked.priority = checked
@@ -235,7 +251,7 @@ def terminate_job(
     if problems or text is None:
         raise ValidationFailed(problems.fields)
     with transaction.atomic():
-        events.lock_events()
+        events.lock_changes()
         locked = _locked_job(job, by)
         if locked.is_terminal:
             raise Conflict("JOB_TERMINAL", f"Job {locked.pk} is already {locked.status}.")
@@ -243,7 +259,7 @@ def terminate_job(
 
 
 def end_job(job: Job, reason: str, now: datetime, *, pool_ends_with_share: bool = False) -> Job:
-    """End a locked, non-terminal job as a terminate does (the caller holds the event lock).
+    """End a locked, non-terminal job as a terminate does (the caller has announced).
 
     With `pool_ends_with_share` (its share is being deleted) the job leaves no pool and a
     pool it runs on ends with reason USER, as the simulator's delete_share does.
@@ -292,7 +308,7 @@ def update_keep_alive(job: Job | int, seconds: object, *, by: User | None = None
     becomes available_since + seconds, and an expiry now or in the past ends the pool
     (USER).  Above the share's cap is a validation error; otherwise a Conflict."""
     with transaction.atomic():
-        events.lock_events()
+        events.lock_changes()
         locked = _locked_job(job, by)
         problems = Problems()
         checked = keep_alive_within_cap(problems, seconds, locked.quota_share)

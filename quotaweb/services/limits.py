@@ -6,11 +6,13 @@ not be able to flood a share's queue, since every queued job costs every schedul
 - max_submissions_per_minute: jobs one user submits to the share in any 60 s; beyond it a
   429 TOO_MANY_SUBMISSIONS, with the seconds until the oldest of them leaves the window.
 
-Both are checked under the event lock, which every submission holds while it writes, so
-concurrent submissions cannot slip past a limit together: services/admission.py checks
-them in the statement that writes the SUBMITTED events, and this module says why one was
-refused.  Jobs the system submits (no user) and repeats of a client_token (no new job) are
-not counted against them.
+Both are checked under the share's admission lock (quotaweb.scheduling.events.lock_shares),
+which every submission to the share holds from its insert to its commit, and which a change
+of the share's state or limits takes too, so concurrent submissions cannot slip past a
+limit together (both limits count within one share, so one share's lock covers them):
+services/admission.py checks them in the statement that writes the SUBMITTED events, and
+this module says why one was refused.  Jobs the system submits (no user) and repeats of a
+client_token (no new job) are not counted against them.
 """
 
 from __future__ import annotations

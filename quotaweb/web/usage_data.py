@@ -16,6 +16,7 @@ from ..models import CapacityLimit, CapacityUnit, Event, Job, QuotaShare, UsageS
 from ..models.jobs import QUEUED_STATUSES
 from ..read_model.times import iso
 from ..read_model.usage import FIGURES, latest_usage_rows, usage_dict, usage_rows
+from ..scheduling.events import readable
 from ..series import integrate
 from . import figures, grace
 from .downsampling import downsampled_rows
@@ -37,7 +38,8 @@ def share_colours() -> dict[str, str]:
 def last_ids() -> dict[str, int]:
     """Where the page's live updates start: the newest event and usage sample it shows."""
     return {
-        "last_event_id": Event.objects.aggregate(last=Max("id"))["last"] or 0,
+        # Final events only: the page's live updates start after it, and miss none.
+        "last_event_id": readable(Event.objects.all()).aggregate(last=Max("id"))["last"] or 0,
         "last_sample_id": UsageSample.objects.aggregate(last=Max("id"))["last"] or 0,
     }
 

@@ -1,6 +1,8 @@
-"""Submissions under concurrency (issue 23): a submission takes the event lock with its
-insert and checks the share's state and queue limits in the statement that writes its
-SUBMITTED event (quotaweb/services/admission.py).  These tests run real transactions on
+"""Submissions under concurrency (issue 23): a submission takes its share's admission lock
+and announces its event with its insert, and checks the share's state and queue limits in
+the statement that writes its SUBMITTED event (quotaweb/services/admission.py); readers
+read events only up to the bound below which no open writer can still commit one
+(quotaweb/scheduling/events.py).  These tests run real transactions on
 threads of their own (their own connections) on PostgreSQL."""
 
 from __future__ import annotations
@@ -72,7 +74,7 @@ def wait_for_lock_waiters(count: int) -> None:
             if cursor.fetchone()[0] >= count:
                 return
         time.sleep(0.05)
-    pytest.fail(f"{count} submissions never waited for the event lock")
+    pytest.fail(f"{count} submissions never waited for an advisory lock")
 
 
 def test_concurrent_submissions_never_pass_the_queue_limit_together(
@@ -117,38 +119,106 @@ def test_the_per_minute_limit_holds_under_concurrency_with_retry_after(
     assert all(error.retry_after is not None and error.retry_after >= 1 for error in refused)
 
 
-def test_a_submission_waits_for_the_event_lock_and_its_event_follows_in_commit_order(
+def test_a_submission_does_not_wait_for_an_open_writer_and_readers_stop_below_it(
         share: QuotaShare, member: Any) -> None:
-    """The lock goes out with the job's insert: a writer holding it (here, one that wrote
-    an event) keeps the submission out until it commits, so the submission's job and
-    event come after, and event ids follow commit order."""
-    holding, release = threading.Event(), threading.Event()
+    """A writer that drew a lower event id stays open while a submission commits a higher
+    one beside it (no lock to wait for): until the writer commits, readers' bound stays
+    below its id, so neither the API's listing, the broadcaster nor the live feed's replay
+    and snapshot stamp show the submission's event and move past the open one; once it
+    commits, both are read, in id order."""
+    from quotaweb.realtime.broadcast import read_batch
+    from quotaweb.realtime.feed import on_connect
+
+    holding, submitted, release = threading.Event(), threading.Event(), threading.Event()
     written: dict[str, int] = {}
+    seen: dict[str, Any] = {}
 
     def holder() -> None:
         with transaction.atomic():
-            events.lock_events()
+            events.lock_changes()
             written["holder"] = events.record("SHARE_UPDATED", quota_share="QS1").pk
             holding.set()
             assert release.wait(60)
-        written["holder_committed"] = 1
 
     def submitter() -> None:
         assert holding.wait(60)
-        job, _ = submit_job(member, **fields("waits"))
+        job, _ = submit_job(member, **fields("beside"))
         written["job"] = job.pk
+        submitted.set()
 
-    def releaser() -> None:
-        assert holding.wait(60)
-        wait_for_lock_waiters(1)
-        assert Job.objects.count() == 0  # the insert waits with the lock
-        release.set()
+    def reader() -> None:
+        try:
+            assert submitted.wait(60)
+            seen["bound"] = events.readable_upto()
+            seen["rows"] = list(events.readable(Event.objects.all()).values_list("id", flat=True))
+            seen["committed"] = list(Event.objects.values_list("type", flat=True))
+            seen["broadcast"] = read_batch(100).payloads
+            # A reconnect that saw everything before the committed event: its replay.
+            seen["replay"] = on_connect(Event.objects.get().pk - 1)
+            seen["stamp"] = on_connect(None)[0]["last_event_id"]  # a snapshot's
+        finally:
+            release.set()
 
-    assert on_threads(holder, submitter, releaser) == []
-    submitted = Event.objects.get(type="SUBMITTED", job_id=written["job"])
-    assert submitted.pk > written["holder"]
-    assert list(Event.objects.order_by("id").values_list("type", flat=True)) == [
-        "SHARE_UPDATED", "SUBMITTED"]
+    assert on_threads(holder, submitter, reader) == []
+    event_id = Event.objects.get(type="SUBMITTED", job_id=written["job"]).pk
+    assert written["holder"] < event_id
+    assert seen["committed"] == ["SUBMITTED"]  # it committed while the holder was open
+    assert seen["bound"] < written["holder"]
+    assert seen["rows"] == [] and seen["broadcast"] == [] and seen["replay"] == []
+    assert seen["stamp"] < written["holder"]
+    assert events.readable_upto() == event_id
+    assert list(events.readable(Event.objects.order_by("id")).values_list("type", flat=True)
+                ) == ["SHARE_UPDATED", "SUBMITTED"]
+
+
+def test_readers_bound_ignores_its_own_transaction_and_follows_the_lowest_open_writer(
+        share: QuotaShare, member: Any) -> None:
+    """Two writers open at once: the bound stays below the lower one's id until it
+    commits, then below the other's; a transaction's own announcement does not bound
+    what it reads."""
+    steps = [threading.Event() for _ in range(4)]
+    written: dict[str, int] = {}
+    bounds: list[int] = []
+
+    def writer(name: str, ready: threading.Event, after: threading.Event | None,
+               commit: threading.Event) -> Callable[[], None]:
+        def write() -> None:
+            if after is not None:
+                assert after.wait(60)
+            with transaction.atomic():
+                events.announce()
+                written[name] = events.record("SHARE_UPDATED", quota_share="QS1").pk
+                ready.set()
+                assert commit.wait(60)
+        return write
+
+    first_open, second_open, first_commit, second_commit = steps
+
+    def reader() -> None:
+        try:
+            assert second_open.wait(60)
+            bounds.append(events.readable_upto())
+            first_commit.set()
+            deadline = time.monotonic() + 60  # until the first's commit is seen
+            while events.readable_upto() < written["first"] and time.monotonic() < deadline:
+                time.sleep(0.01)
+            bounds.append(events.readable_upto())
+            with transaction.atomic():
+                events.announce()  # this reader's own announcement
+                bounds.append(events.readable_upto())
+            second_commit.set()
+        finally:
+            first_commit.set()
+            second_commit.set()
+
+    assert on_threads(writer("first", first_open, None, first_commit),
+                      writer("second", second_open, first_open, second_commit),
+                      reader) == []
+    assert written["first"] < written["second"]
+    assert bounds[0] < written["first"]
+    assert written["first"] <= bounds[1] < written["second"]
+    assert bounds[2] == bounds[1]
+    assert events.readable_upto() == written["second"]
 
 
 def test_a_share_disabled_while_a_submission_waits_refuses_it_and_nothing_is_written(
@@ -156,9 +226,10 @@ def test_a_share_disabled_while_a_submission_waits_refuses_it_and_nothing_is_wri
     holding, release = threading.Event(), threading.Event()
     refused: list[str] = []
 
-    def disabler() -> None:
+    def disabler() -> None:  # as configuration.update_share holds the share
         with transaction.atomic():
-            events.lock_events()
+            events.lock_changes()
+            events.lock_shares([share.pk])
             QuotaShare.objects.filter(pk=share.pk).update(state=ShareState.DISABLED)
             holding.set()
             assert release.wait(60)
@@ -203,3 +274,69 @@ def test_a_batch_is_admitted_whole_or_refused_whole_under_concurrency(
     names = sorted(Job.objects.values_list("name", flat=True))
     assert len({name.split("-")[0] for name in names}) == 2  # two whole batches
     assert Event.objects.filter(type="SUBMITTED").count() == 8
+
+
+def round_trips(action: Callable[[], object]) -> int:
+    """How many times this connection waited for PostgreSQL while `action` ran: psycopg
+    waits at least once per round trip (statements sent together in one string are
+    answered in one wait; pipeline mode may wait once per result)."""
+    connection.ensure_connection()
+    raw = connection.connection
+    real = raw.wait
+    count = 0
+
+    def wait(*args: Any, **kwargs: Any) -> Any:
+        nonlocal count
+        count += 1
+        return real(*args, **kwargs)
+
+    raw.wait = wait
+    try:
+        action()
+    finally:
+        del raw.wait
+    return count
+
+
+def test_a_submission_is_one_read_and_a_transaction_of_two_waits(
+        share: QuotaShare, member: Any) -> None:
+    """After the share is read: BEGIN, the share's lock, the announcement and the statement
+    that inserts the job and its event, sent together; then COMMIT.  The same for a batch,
+    after its share, limits and members are read.  The rows are the ORM's."""
+    from quotaweb.services.batch import submit_jobs
+
+    submit_job(member, **fields("warm"))  # the token-free caches and the first connection
+    assert round_trips(lambda: submit_job(member, **fields("one"))) == 1 + 2
+    assert round_trips(lambda: submit_job(member, **fields("two"), client_token="t")) == 2 + 2
+    assert round_trips(lambda: submit_job(member, **fields("two"), client_token="t")) == 1
+    assert round_trips(lambda: submit_jobs(member, [fields(f"b{n}") for n in range(10)])
+                       ) == 3 + 2
+    assert Event.objects.filter(type="SUBMITTED").count() == Job.objects.count() == 13
+    assert_rows_as_the_orm_writes(member)
+
+
+def assert_rows_as_the_orm_writes(member: Any) -> None:
+    """A job inserted with its event in one statement (a single submission or a batch,
+    outside a transaction) has every column as the ORM's insert writes it (inside one)."""
+    from quotaweb.services.batch import submit_jobs
+
+    given = {"priority": 3, "keep_alive_seconds": 0, "environment": {"A": "1"},
+             "client_token": None, "duration_seconds": 7}
+    at_once = [submit_job(member, **{**fields("single"), **given})[0],
+               submit_jobs(member, [{**fields("batch"), **given}])[0][0]]
+    with transaction.atomic():  # the ORM's path
+        by_orm = [submit_job(member, **{**fields("single"), **given})[0],
+                  submit_jobs(member, [{**fields("batch"), **given}])[0][0]]
+    ignored = {"id", "created_at"}
+
+    def row(job: Job) -> dict[str, Any]:
+        return {key: value for key, value in Job.objects.filter(pk=job.pk).values()[0].items()
+                if key not in ignored}
+
+    for written, expected in zip(at_once, by_orm, strict=True):
+        assert {key: value for key, value in row(written).items()
+                if value != row(expected)[key]} == {}
+    for job in at_once:  # the object returned is the row written
+        stored = Job.objects.get(pk=job.pk)
+        assert (job.created_at, job.name) == (stored.created_at, stored.name)
+        assert Event.objects.get(job=job).time == stored.created_at

@@ -43,7 +43,7 @@ def _decide(now: datetime) -> CycleResult:
 def _applied(result: CycleResult, now: datetime) -> int:
     """The statements apply_decisions ran."""
     with transaction.atomic():
-        events.lock_events()
+        events.lock_changes()
         with CaptureQueriesContext(connection) as queries:
             apply_decisions(result, now)
     return len(queries.captured_queries)
@@ -90,7 +90,7 @@ def _transition_statements(attempts: int) -> int:
     Job.objects.filter(pk__in=[j.pk for j in jobs[::4]]).update(retry_attempts=2)
     now = timezone.now()
     with transaction.atomic():
-        events.lock_events()
+        events.lock_changes()
         apply_decisions(_decide(now), now)
     with CaptureQueriesContext(connection) as queries:
         transitions.advance(now)

@@ -366,7 +366,7 @@ def _launch_without_starting(job: Job) -> Attempt:
 
 def _as_if_running(attempt: Attempt, host: str, pid: int) -> None:
     with transaction.atomic():
-        events.lock_events()
+        events.lock_changes()
         Attempt.objects.filter(pk=attempt.pk).update(host=host, pid=pid)
         assert mark_running(attempt, timezone.now())
 

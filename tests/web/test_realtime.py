@@ -66,15 +66,15 @@ def make_job(share: QuotaShare, name: str, status: str = "RUNNABLE", **fields: A
 
 
 def write_events(*types: str, job: Job | None = None) -> list[Event]:
-    """Commit events the way every writer does: under the event lock."""
+    """Commit events the way every writer does: announced first."""
     with transaction.atomic():
-        outbox.lock_events()
+        outbox.announce()
         return outbox.record_all([outbox.event(t, job=job, quota_share="QS1") for t in types])
 
 
 def write_sample(share: QuotaShare, at: datetime, in_use: int, unit: str = UNIT) -> UsageSample:
     with transaction.atomic():
-        outbox.lock_events()  # samples are written by the cycle, under the event lock
+        outbox.lock_changes()  # samples are written by the cycle, under the change lock
         return UsageSample.objects.create(
             time=at, quota_share=share, capacity_unit=unit, limit=2, in_use=in_use,
             own=min(in_use, 2), borrowed=max(in_use - 2, 0), lent=0, warm=0, queued=1)
@@ -415,7 +415,7 @@ async def test_an_event_rolled_back_is_never_broadcast(
     def write_then_roll_back() -> None:
         try:
             with transaction.atomic():
-                outbox.lock_events()
+                outbox.lock_changes()
                 doomed.append(outbox.record("SUBMITTED", quota_share="QS1").id)
                 written.set()
                 release.wait(10)
@@ -774,7 +774,7 @@ def test_a_configuration_change_is_sent_with_its_sentences(db: None) -> None:
     """The feed and the broadcast carry the server's words for a change that kept its
     values (the pages show them as text), and nothing more for any other event."""
     with transaction.atomic():
-        outbox.lock_events()
+        outbox.lock_changes()
         change, other = outbox.record_all([
             outbox.event("SHARE_UPDATED", quota_share="QS1", details={
                 "fields": ["in_share_preemption"], "before": {"in_share_preemption": False},

@@ -677,6 +677,37 @@ def test_concurrent_repeats_make_exactly_one_job(walkthrough_config: Any, member
     assert Job.objects.count() == 1
     assert event_types() == ["SUBMITTED"]
 
+    # The same for batches repeating the same client_tokens at once (services/batch.py).
+    from quotaweb.services.batch import submit_jobs
+
+    answers: list[list[tuple[int, bool]]] = []
+
+    def repeat_batch() -> None:
+        try:
+            barrier.wait(timeout=30)
+            answer = submit_jobs(member, [submission(name=f"b{n}", client_token=f"batch-{n}")
+                                          for n in range(3)])
+            with lock:
+                answers.append([(job.pk, created) for job, created in answer])
+        except BaseException as error:  # reported below, in the test's own thread
+            with lock:
+                failures.append(error)
+        finally:
+            connection.close()
+
+    workers = [threading.Thread(target=repeat_batch) for _ in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=60)
+    assert failures == []
+    batch_ids = sorted(Job.objects.exclude(client_token="same").values_list("id", flat=True))
+    assert len(batch_ids) == 3 and len(answers) == threads
+    assert all([pk for pk, _ in answer] == batch_ids for answer in answers)
+    assert sorted(created for answer in answers for _, created in answer) == (
+        [False] * (3 * threads - 3) + [True] * 3)
+    assert event_types() == ["SUBMITTED"] * 4
+
 
 # Changing jobs --------------------------------------------------------------------------
 
@@ -765,7 +796,7 @@ def test_release_after_terminate_follows_the_warm_pool_limit(walkthrough_config:
 
     from quotaweb.scheduling import events as outbox
     with transaction.atomic():
-        outbox.lock_events()
+        outbox.lock_changes()
         jobs.release_after_terminate(job, attempt, was_running=True)
     segment = WarmPoolSegment.objects.get(job=job)
     assert (segment.status, segment.termination_reason) == ("Terminated", "LIMIT_EXCEEDED")

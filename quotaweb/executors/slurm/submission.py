@@ -202,7 +202,7 @@ def batch_script(attempt: Attempt, placement: Placement) -> str:
 def _fail(attempt: Attempt, reason: str) -> None:
     log.error("attempt %s: %s", attempt.pk, reason)
     with transaction.atomic():
-        events.lock_events()
+        events.lock_changes()
         with contextlib.suppress(AttemptAlreadyEnded):
             finish_attempt(attempt, Outcome.FAILED, timezone.now(),
                            failure=Failure.PLATFORM_ERROR, reason=reason)
