@@ -232,6 +232,56 @@ def test_a_batch_answers_each_job_as_get_job_shows_it_byte_for_byte(api: ApiFor)
     assert status == 200 and content == shown_one_by_one(member, [ids[2], ids[3]])
 
 
+def test_one_submission_answers_as_get_job_shows_it_byte_for_byte_unvalidated(
+        api: ApiFor, monkeypatch: pytest.MonkeyPatch) -> None:
+    """POST /jobs writes its job as ninja writes JobOut (status, Content-Type, body), without
+    running ninja's response validation (job_out_dump): new (201) and repeated (200, read
+    back: a position, an attempt, a warm pool)."""
+    import ninja.operation
+
+    validated: list[object] = []
+    real = ninja.operation.ResponseObject
+
+    def counted(result: object) -> object:
+        validated.append(result)
+        return real(result)
+
+    member = api("member")
+
+    def posted(body: dict[str, object]) -> tuple[int, bytes, str]:
+        validated.clear()
+        monkeypatch.setattr(ninja.operation, "ResponseObject", counted)
+        try:
+            response = member.client.post("/api/v1/jobs", json.dumps(body),
+                                          content_type="application/json",
+                                          headers=member.headers)
+        finally:
+            monkeypatch.setattr(ninja.operation, "ResponseObject", real)
+        assert validated == [], "POST /jobs validated its answer with JobOut"
+        return response.status_code, response.content, response["Content-Type"]
+
+    def shown(job_id: int) -> bytes:
+        return shown_one_by_one(member, [job_id])[len(b'{"jobs": ['):-len(b"]}")]
+
+    bodies = [submission(name="plain"), submission(name="full", client_token="one-0", **FULL),
+              submission(name="tok", client_token="one-1", priority=3)]
+    ids = []
+    for body in bodies:
+        status, content, kind = posted(body)
+        assert status == 201 and kind == "application/json; charset=utf-8", content
+        ids.append(json.loads(content)["id"])
+        assert content == shown(ids[-1])
+    Job.objects.filter(pk=ids[2]).update(status="RUNNABLE", pending_code="WAITING_FOR_CAPACITY")
+    helpers.attempt(Job.objects.get(pk=ids[1]), outcome="PREEMPTED", kind="IN_SHARE")
+    helpers.available_pool(Job.objects.get(pk=ids[1]), retained=12.5)
+    WarmPoolSegment.objects.filter(job_id=ids[1]).update(status="Terminated")
+    for body, job_id in zip(bodies[1:], ids[1:], strict=True):
+        status, content, kind = posted(body)
+        assert status == 200 and kind == "application/json; charset=utf-8", content
+        assert content == shown(job_id)
+    assert json.loads(posted(bodies[1])[1])["warm_pool"]["retained_billable_seconds"] == 12.5
+
+
 def test_a_batch_costs_the_same_queries_whatever_its_length(api: ApiFor) -> None:
     """No query per job: not for the checks, the repeats, nor the answer."""
     member = api("member")
