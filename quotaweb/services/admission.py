@@ -37,7 +37,7 @@ from ..models.jobs import QUEUED_STATUSES
 from ..models.shares import ShareState
 from ..scheduling import events
 from .errors import Conflict
-from .limits import WINDOW, check_submission_limits
+from .limits import WINDOW, check_submission_limits, lifted
 
 
 class Refused(Exception):
@@ -167,17 +167,22 @@ def _conditions(user: Any, jobs: Sequence[Job], now: datetime, *, unseen: bool =
         params += [share_id, str(ShareState.DISABLED)]
         if user is None:
             continue
-        conditions.append(
-            f"(SELECT count(*) FROM (SELECT 1 FROM {JOB_TABLE} j WHERE j.quota_share_id = %s "
-            f"AND j.status IN ({', '.join(['%s'] * len(QUEUED_STATUSES))}) LIMIT %s) q) <= %s")
         pending = per_share[share_id] if unseen else 0
-        params += [share_id, *(str(status) for status in QUEUED_STATUSES),
-                   share.max_queued_jobs + 1, share.max_queued_jobs - pending]
-        conditions.append(
-            f"(SELECT count(*) FROM (SELECT 1 FROM {JOB_TABLE} j WHERE j.quota_share_id = %s "
-            "AND j.submitted_by_id = %s AND j.created_at > %s LIMIT %s) r) <= %s")
-        params += [share_id, user.pk, now - WINDOW, share.max_submissions_per_minute + 1,
-                   share.max_submissions_per_minute - pending]
+        if not lifted(share.max_queued_jobs):
+            conditions.append(
+                f"(SELECT count(*) FROM (SELECT 1 FROM {JOB_TABLE} j "
+                f"WHERE j.quota_share_id = %s "
+                f"AND j.status IN ({', '.join(['%s'] * len(QUEUED_STATUSES))}) LIMIT %s) q) "
+                "<= %s")
+            params += [share_id, *(str(status) for status in QUEUED_STATUSES),
+                       share.max_queued_jobs + 1, share.max_queued_jobs - pending]
+        if not lifted(share.max_submissions_per_minute):
+            conditions.append(
+                f"(SELECT count(*) FROM (SELECT 1 FROM {JOB_TABLE} j "
+                "WHERE j.quota_share_id = %s "
+                "AND j.submitted_by_id = %s AND j.created_at > %s LIMIT %s) r) <= %s")
+            params += [share_id, user.pk, now - WINDOW, share.max_submissions_per_minute + 1,
+                       share.max_submissions_per_minute - pending]
     return conditions, params
 
 

@@ -25,8 +25,14 @@ from typing import Any
 from ..models import Job, QuotaShare
 from ..models.jobs import QUEUED_STATUSES
 from .errors import Conflict, TooManyRequests
+from .values import MAX_INT
 
 WINDOW = timedelta(minutes=1)
+
+
+def lifted(limit: int) -> bool:
+    """A limit at the largest value an integer column holds: never reached, never counted."""
+    return limit >= MAX_INT
 
 
 def check_submission_limits(user: Any, share: QuotaShare, now: datetime,
@@ -35,7 +41,8 @@ def check_submission_limits(user: Any, share: QuotaShare, now: datetime,
     batch counts as many submissions as it has jobs); the jobs `exclude` names (the new
     ones, when already written) are not counted."""
     jobs = Job.objects.exclude(pk__in=exclude) if exclude else Job.objects.all()
-    queued = jobs.filter(quota_share=share, status__in=QUEUED_STATUSES).count()
+    queued = (0 if lifted(share.max_queued_jobs)
+              else jobs.filter(quota_share=share, status__in=QUEUED_STATUSES).count())
     if queued + count > share.max_queued_jobs:
         if count == 1:
             said = (f"Quota share {share.name} already has {queued} queued jobs, its limit "
@@ -44,6 +51,8 @@ def check_submission_limits(user: Any, share: QuotaShare, now: datetime,
             said = (f"Quota share {share.name} has {queued} queued jobs; {count} more would "
                     f"pass its limit (max_queued_jobs {share.max_queued_jobs})")
         raise Conflict("QUEUE_FULL", f"{said}; submit again when some have started or ended.")
+    if lifted(share.max_submissions_per_minute):
+        return
     recent = list(jobs.filter(quota_share=share, submitted_by=user,
                                      created_at__gt=now - WINDOW)
                   .order_by("-created_at").values_list("created_at", flat=True)

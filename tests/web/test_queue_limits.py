@@ -137,3 +137,25 @@ def test_the_openapi_schema_documents_the_limits_and_the_429(api: ApiFor) -> Non
     assert "429" in schema["paths"]["/api/v1/jobs"]["post"]["responses"]
     share = schema["components"]["schemas"]["QuotaShareOut"]["properties"]
     assert {"max_queued_jobs", "max_submissions_per_minute"} <= set(share)
+
+
+def test_a_limit_at_its_largest_value_is_lifted_and_never_counted(api: ApiFor) -> None:
+    """2147483647 (MAX_INT) lifts a limit: no count could reach it, so admission reads
+    neither the queue nor the user's last minute; the next value down is still counted."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from quotaweb.services.values import MAX_INT
+
+    def counts_made() -> int:
+        with CaptureQueriesContext(connection) as queries:
+            assert api("member").post("/api/v1/jobs", submission())[0] == 201
+        return sum(query["sql"].count("count(") + query["sql"].count("COUNT(")
+                   for query in queries)
+
+    limit(max_queued_jobs=MAX_INT, max_submissions_per_minute=MAX_INT)
+    assert counts_made() == 0
+    limit(max_queued_jobs=MAX_INT - 1, max_submissions_per_minute=MAX_INT)
+    assert counts_made() >= 1
+    limit(max_queued_jobs=MAX_INT, max_submissions_per_minute=MAX_INT - 1)
+    assert counts_made() >= 1

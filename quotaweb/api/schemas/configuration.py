@@ -39,10 +39,12 @@ FAIR_SHARING = ("Whether the unit's borrowers take its idle capacity by weight "
                 "(docs/semantics.md 5.4); off: first come, first served.")
 QUEUED_JOBS = {"minimum": 1, "maximum": MAX_INT,
                "description": "Jobs the share may have waiting (SUBMITTED or RUNNABLE) at "
-                              "once; a submission beyond it is a 409 QUEUE_FULL."}
+                              "once; a submission beyond it is a 409 QUEUE_FULL.  2147483647 "
+                              "lifts it (not counted)."}
 SUBMISSIONS_PER_MINUTE = {"minimum": 1, "maximum": MAX_INT,
                           "description": "Jobs one user may submit to the share in any "
-                                         "minute; beyond it a 429 TOO_MANY_SUBMISSIONS."}
+                                         "minute; beyond it a 429 TOO_MANY_SUBMISSIONS.  "
+                                         "2147483647 lifts it (not counted)."}
 
 
 # Capacity -----------------------------------------------------------------------------
