@@ -332,6 +332,18 @@ class Connection:
         self._http.close()
 
 
+def stolen_share(since: tuple[int, int] | None = None) -> Any:
+    """/proc/stat's (all CPU ticks, steal ticks) now; given an earlier reading, the share
+    of the CPU time since then that the hypervisor gave to other machines (a busy host
+    slows every figure, whatever the load average inside this machine says)."""
+    values = [int(value) for value in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    now = (sum(values[:8]), values[7])
+    if since is None:
+        return now
+    total = now[0] - since[0]
+    return (now[1] - since[1]) / total if total else 0.0
+
+
 def load_average() -> str:
     """The machine's 1-minute load average: other work on it slows every figure."""
     return f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
@@ -501,8 +513,9 @@ def print_profile(rows: list[tuple[Level, Level]], batches: Level | None,
                   batch_size: int) -> None:
     """CPU milliseconds per request by group of processes (bench/cpu_split.py): the
     profile of the whole path on this machine."""
+    ran = [group for group in GROUPS if group != "stolen"]
     print("\n| phase | clients | per second | wall ms each | "
-          + " | ".join(f"{group} CPU ms" for group in GROUPS) + " | total CPU ms |")
+          + " | ".join(f"{group} CPU ms" for group in ran) + " | total CPU ms | stolen ms |")
     print("| --- | ---: | ---: | ---: | " + " | ".join("---:" for _ in GROUPS) + " | ---: |")
     phases = [(label, level) for submit, read in rows
               for label, level in (("submit", submit), ("capacity read", read))]
@@ -515,8 +528,8 @@ def print_profile(rows: list[tuple[Level, Level]], batches: Level | None,
         each = per_request(level.cpu, level.done)
         wall = 1000.0 * level.seconds * level.clients / level.done
         print(f"| {label} | {level.clients} | {level.per_second:,.0f} | {wall:.2f} | "
-              + " | ".join(f"{each[group]:.2f}" for group in GROUPS)
-              + f" | {sum(each.values()):.2f} |")
+              + " | ".join(f"{each[group]:.2f}" for group in ran)
+              + f" | {sum(each[group] for group in ran):.2f} | {each['stolen']:.2f} |")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -538,7 +551,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="gunicorn: threads per process [gunicorn_conf's, 4]")
     parser.add_argument("--profile", action="store_true",
                         help="also print each phase's CPU per request by process group "
-                             "(client, server, cycle, PostgreSQL, other; read from /proc)")
+                             "(client, server, cycle, PostgreSQL, other, stolen; read from /proc)")
     parser.add_argument("--cycle-in-server", action="store_true",
                         help="the embedded mode's cycle in the server process (default: its "
                              "own process, manage.py run_scheduler, as in the distributed mode)")
@@ -548,6 +561,7 @@ def main(argv: list[str] | None = None) -> int:
     workers = args.workers if args.workers is not None else (
         1 if args.server == "daphne" else 0)
     load_before = load_average()
+    stolen_before = stolen_share()
     database = bench_database(DEFAULT_DATABASE_URL)
     try:
         fleet = setup_fleet()
@@ -563,12 +577,14 @@ def main(argv: list[str] | None = None) -> int:
             problems = server.problems()
             label = server.label
         cycles = cycle_summary()
+        stolen = stolen_share(stolen_before)
     finally:
         drop_database()
     cycle = "in-process cycle" if args.cycle_in_server else "cycle in its own process"
     print(f"# API throughput (Python {sys.version.split()[0]}, {label}, "
           f"PostgreSQL {database}, {cycle}; {args.requests} requests per level, "
-          f"cap {args.seconds:g} s; load average before: {load_before})\n")
+          f"cap {args.seconds:g} s; load average before: {load_before}; CPU time stolen by "
+          f"the host meanwhile: {stolen:.0%})\n")
     print_table(rows)
     if batches is not None:
         print_batches(batches, args.batch_size)

@@ -1,6 +1,8 @@
 """Where a benchmark phase's CPU went, by process: the benchmark's own client threads, the
 web server's processes, the scheduling cycle's, the PostgreSQL backends serving the bench
-database (and PostgreSQL's WAL writer), and everything else on the machine.
+database (and PostgreSQL's WAL writer), everything else on the machine, and the time the
+hypervisor gave this virtual machine's CPUs to others ("stolen": /proc/stat's steal; a
+phase that lost much of it ran on a busy host, and its rates are low for that reason).
 
 On a 2-CPU machine that runs the clients, the server, the cycle and PostgreSQL together,
 CPU is the budget every request draws on: this split, divided by the requests a phase
@@ -19,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 TICKS = os.sysconf("SC_CLK_TCK")
-GROUPS = ("client", "server", "cycle", "postgres", "other")
+GROUPS = ("client", "server", "cycle", "postgres", "other", "stolen")
 
 
 def _cpu_seconds(pid: int) -> float | None:
@@ -54,11 +56,12 @@ def descendants(root: int) -> set[int]:
     return found
 
 
-def _machine_busy_seconds() -> float:
-    """CPU time of the whole machine, idle and iowait excluded (/proc/stat)."""
+def _machine_seconds() -> tuple[float, float]:
+    """(CPU time the machine ran, idle and iowait excluded; CPU time stolen from it), from
+    /proc/stat."""
     values = [int(value) for value in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
     user, nice, system, _idle, _iowait, irq, softirq, steal = values[:8]
-    return (user + nice + system + irq + softirq + steal) / TICKS
+    return (user + nice + system + irq + softirq) / TICKS, steal / TICKS
 
 
 @dataclass
@@ -72,6 +75,7 @@ class CpuSplit:
     postgres_pids: Callable[[], Iterable[int]]
     _start: dict[int, float] = field(default_factory=dict)
     _busy: float = 0.0
+    _stolen: float = 0.0
 
     def _groups(self) -> dict[int, str]:
         groups = {os.getpid(): "client"}
@@ -85,17 +89,20 @@ class CpuSplit:
     def start(self) -> None:
         self._start = {pid: cpu for pid in self._groups()
                        if (cpu := _cpu_seconds(pid)) is not None}
-        self._busy = _machine_busy_seconds()
+        self._busy, self._stolen = _machine_seconds()
 
     def stop(self) -> dict[str, float]:
-        """CPU seconds per group since start(); "other" is the machine's rest."""
-        busy = _machine_busy_seconds() - self._busy
+        """CPU seconds per group since start(); "other" is the machine's rest, "stolen"
+        the time the host ran something else on this machine's CPUs."""
+        busy, stolen = _machine_seconds()
+        busy -= self._busy
         usage = dict.fromkeys(GROUPS, 0.0)
         for pid, group in self._groups().items():
             now = _cpu_seconds(pid)
             if now is not None:
                 usage[group] += now - self._start.get(pid, 0.0)
-        usage["other"] = max(0.0, busy - sum(usage[group] for group in GROUPS[:-1]))
+        usage["other"] = max(0.0, busy - sum(usage[group] for group in GROUPS[:-2]))
+        usage["stolen"] = stolen - self._stolen
         return usage
 
 
