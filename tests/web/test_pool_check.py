@@ -9,12 +9,13 @@ from typing import Any
 
 import psycopg
 import pytest
-from django.db import OperationalError, connection
+from django.db import connection
 from psycopg_pool import ConnectionPool
 
 from quotaweb.postgresql import base as backend
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
 
 
 class _Conn:
@@ -39,52 +40,73 @@ def test_the_pool_uses_the_idle_check() -> None:
     assert connection.pool._check is backend.check_if_idle
 
 
-def _terminate_every_backend_of_the_test_database() -> int:
+def _conninfo() -> str:
     settings = connection.settings_dict
-    with psycopg.connect(host=settings["HOST"] or None, port=settings["PORT"] or None,
-                         user=settings["USER"] or None, password=settings["PASSWORD"] or None,
-                         dbname="postgres", autocommit=True) as admin:
-        rows = admin.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-            "WHERE datname = %s AND pid <> pg_backend_pid()", (settings["NAME"],)).fetchall()
-    return len(rows)
+    return psycopg.conninfo.make_conninfo(
+        host=settings["HOST"] or None, port=settings["PORT"] or None,
+        user=settings["USER"] or None, password=settings["PASSWORD"] or None,
+        dbname=settings["NAME"])
 
 
-def _query() -> int:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_backend_pid()")
-        return int(cursor.fetchone()[0])
+def _terminate(pid: int) -> None:
+    with psycopg.connect(_conninfo(), autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        # Until the backend has gone: a check made before would still find it alive.
+        for _ in range(100):
+            if not admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s",
+                                 (pid,)).fetchone():
+                return
+            time.sleep(0.05)
+    raise AssertionError(f"backend {pid} did not exit")
 
 
-def test_a_backend_terminated_while_idle_is_replaced(monkeypatch: pytest.MonkeyPatch) -> None:
-    first = _query()
-    connection.close()  # back to the pool
-    assert _terminate_every_backend_of_the_test_database() >= 1
-    time.sleep(0.2)  # the backends exit
-    # As if it had sat idle longer than the threshold: checked, found dead, replaced.
-    monkeypatch.setattr(backend, "CHECK_AFTER_IDLE_SECONDS", 0.0)
-    assert _query() != first
-    connection.close()
+def _pid(conn: Any) -> int:
+    return int(conn.execute("SELECT pg_backend_pid()").fetchone()[0])
 
 
-def test_a_backend_terminated_just_after_use_fails_one_request_then_is_replaced(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def _returned(pool: ConnectionPool, conn: Any, idle_seconds: float) -> None:
+    """Give `conn` back as the backend does (DatabaseWrapper._close stamps it), as if
+    `idle_seconds` ago."""
+    setattr(conn, backend.RETURNED_AT, time.monotonic() - idle_seconds)
+    pool.putconn(conn)
+
+
+# Each test has a pool of its own, with the backend's check: the shared pool of the test
+# process may hold connections other tests' threads took, so what it hands out next is not
+# this test's to predict.
+def _pool() -> ConnectionPool:
+    pool = ConnectionPool(_conninfo(), min_size=1, max_size=2, check=backend.check_if_idle,
+                          timeout=30, open=True)
+    pool.wait(timeout=30)
+    return pool
+
+
+def test_a_backend_terminated_while_idle_is_replaced() -> None:
+    with _pool() as pool:
+        conn = pool.getconn()
+        first = _pid(conn)
+        conn.rollback()
+        _returned(pool, conn, idle_seconds=backend.CHECK_AFTER_IDLE_SECONDS + 1)
+        _terminate(first)
+        # Idle longer than the threshold: checked, found dead, replaced unseen.
+        again = pool.getconn()
+        assert _pid(again) != first
+        pool.putconn(again)
+
+
+def test_a_backend_terminated_just_after_use_fails_one_request_then_is_replaced() -> None:
     """The price of skipping the round trip, and its bound: the request that gets the
     dead connection fails, and the pool discards it when it comes back."""
-    monkeypatch.setattr(backend, "CHECK_AFTER_IDLE_SECONDS", 3600.0)
-    _query()
-    connection.close()
-    assert _terminate_every_backend_of_the_test_database() >= 1
-    time.sleep(0.2)
-    failures = 0
-    for _ in range(connection.pool.max_size + 1):
-        try:
-            _query()
-            break
-        except OperationalError:
-            failures += 1
-        finally:
-            connection.close()
-    assert 1 <= failures <= connection.pool.max_size
-    _query()
-    connection.close()
+    with _pool() as pool:
+        conn = pool.getconn()
+        first = _pid(conn)
+        conn.rollback()
+        _returned(pool, conn, idle_seconds=0.0)
+        _terminate(first)
+        dead = pool.getconn()  # returned a moment ago: handed out unchecked
+        with pytest.raises(psycopg.OperationalError):
+            _pid(dead)
+        pool.putconn(dead)  # broken: discarded
+        fresh = pool.getconn()
+        assert _pid(fresh) != first
+        pool.putconn(fresh)
