@@ -197,6 +197,28 @@ def test_pages_and_the_session_api_answer_through_the_wsgi_application(world: Wo
     assert status.startswith("200")
 
 
+def test_a_hostile_mix_of_session_and_bearer_acts_as_neither(world: World) -> None:
+    """The short stack drops the session middleware: a signed-in browser's cookie beside a
+    made-up bearer token must not let a write past CSRF (the token alone decides: 401),
+    and a valid token cannot drive a page's form, which acts for a session only."""
+    from .test_api_helpers import state
+
+    signed_in = Client()
+    signed_in.force_login(world.users["member"])
+    cookie = f"sessionid={signed_in.cookies['sessionid'].value}"
+    token = token_for(world.users["member"])
+    before = state()
+    status, _, body = call(application, "post", "/api/v1/jobs", submission(), Cookie=cookie,
+                           Authorization="Bearer made-up")
+    assert status.startswith("401"), (status, body)
+    status, _, _ = call(application, "post", "/submit", {"name": "x"},
+                        Authorization=f"Bearer {token}")
+    assert status.startswith("403")  # the form's CSRF check: no session, no token
+    status, headers, _ = call(application, "get", "/submit", Authorization=f"Bearer {token}")
+    assert status.startswith("302") and "/accounts/login/" in dict(headers)["Location"]
+    assert state() == before
+
+
 def test_gunicorn_conf_reads_its_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     import importlib
 
