@@ -160,3 +160,22 @@ def exclusive(path: Path, timeout: float, what: str) -> Iterator[None]:
         yield
     finally:
         os.close(fd)  # releases the lock
+
+
+def run_on_embedded_sqlite(folder: Path, script: str, timeout: float = 300) -> str:
+    """The embedded default (no DATABASE_URL, no REDIS_URL): a fresh SQLite database in
+    `folder`, migrated, then `script` run by `manage.py shell -c` in a process of its own.
+    Returns what the script printed; a failing step fails the test with its stderr."""
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    environment = {name: value for name, value in os.environ.items()
+                   if name not in ("DATABASE_URL", "REDIS_URL")}
+    environment.update(QUOTAWEB_DATA_DIR=str(folder),
+                       QUOTAWEB_SQLITE_PATH=str(folder / "embedded.sqlite3"))
+    for command in (["migrate", "-v", "0"], ["shell", "-c", script]):
+        done = subprocess.run([sys.executable, "manage.py", *command], cwd=root,
+                              env=environment, capture_output=True, text=True,
+                              timeout=timeout)
+        assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout

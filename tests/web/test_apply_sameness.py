@@ -14,11 +14,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import random
 import re
-import subprocess
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -29,7 +26,8 @@ from django.utils import timezone
 from quotaweb.models import Attempt, Job, WarmPool, WarmPoolSegment
 from tests.web.test_shell_agrees_with_simulator import UNIT, Shell, random_scenario
 
-ROOT = Path(__file__).resolve().parents[2]
+from .processes import run_on_embedded_sqlite
+
 T0 = datetime(2026, 3, 2, 9, 0, 0, tzinfo=UTC)
 
 # Recorded with the row-by-row apply (commit 99467f7), on PostgreSQL and SQLite alike.
@@ -188,14 +186,7 @@ for name in sorted(DIGESTS):
 def test_the_embedded_sqlite_database_writes_the_recorded_rows(tmp_path: Path) -> None:
     """The embedded default (no DATABASE_URL): a fresh SQLite database in a process of its
     own, migrated, then the same scenarios."""
-    environment = {name: value for name, value in os.environ.items()
-                   if name not in ("DATABASE_URL", "REDIS_URL")}
-    environment.update(QUOTAWEB_DATA_DIR=str(tmp_path),
-                       QUOTAWEB_SQLITE_PATH=str(tmp_path / "embedded.sqlite3"))
-    for command in (["migrate", "-v", "0"], ["shell", "-c", SQLITE_CHECK]):
-        done = subprocess.run([sys.executable, "manage.py", *command], cwd=ROOT,
-                              env=environment, capture_output=True, text=True, timeout=600)
-        assert done.returncode == 0, done.stderr[-3000:]
-    found = dict(line.split()[1:3] for line in done.stdout.splitlines()
+    printed = run_on_embedded_sqlite(tmp_path, SQLITE_CHECK, timeout=600)
+    found = dict(line.split()[1:3] for line in printed.splitlines()
                  if line.startswith("digest "))
     assert found == DIGESTS

@@ -4,10 +4,7 @@ sample, same peaks and carried-in levels, and a short series left whole."""
 
 from __future__ import annotations
 
-import os
 import random
-import subprocess
-import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -23,10 +20,11 @@ from quotaweb.web import usage_data
 from quotaweb.web.downsampling import downsampled_rows
 from quotaweb.web.ranges import TimeRange
 
+from .processes import run_on_embedded_sqlite
+
 pytestmark = pytest.mark.django_db
 
 UNIT = "ml.g5.xlarge"
-ROOT = Path(__file__).resolve().parents[2]
 SINCE = datetime(2026, 11, 20, 0, 0, tzinfo=UTC)
 UNTIL = SINCE + timedelta(days=7)
 
@@ -118,15 +116,8 @@ for buckets in (600, 41):
 def test_the_embedded_sqlite_database_downsamples_alike(tmp_path: Path) -> None:
     """The embedded default (no DATABASE_URL): a fresh SQLite database in a process of its
     own, migrated, then the same check."""
-    environment = {name: value for name, value in os.environ.items()
-                   if name not in ("DATABASE_URL", "REDIS_URL")}
-    environment.update(QUOTAWEB_DATA_DIR=str(tmp_path),
-                       QUOTAWEB_SQLITE_PATH=str(tmp_path / "embedded.sqlite3"))
-    for command in (["migrate", "-v", "0"], ["shell", "-c", SQLITE_CHECK]):
-        done = subprocess.run([sys.executable, "manage.py", *command], cwd=ROOT,
-                              env=environment, capture_output=True, text=True, timeout=300)
-        assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.count("kept ") == 2, done.stdout
+    printed = run_on_embedded_sqlite(tmp_path, SQLITE_CHECK)
+    assert printed.count("kept ") == 2, printed
     assert (tmp_path / "embedded.sqlite3").exists()
 
 

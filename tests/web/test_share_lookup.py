@@ -4,9 +4,6 @@ field alike, the caller's membership and the unit's limit right, deleted shares 
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +16,7 @@ from django.utils import timezone
 from quotaweb.models import CapacityLimit, QuotaShare
 from quotaweb.services.share_lookup import find_share
 
-ROOT = Path(__file__).resolve().parents[2]
+from .processes import run_on_embedded_sqlite
 
 
 def _by_orm(name: str, user_id: int, unit: str) -> tuple[dict[str, Any], bool, bool] | None:
@@ -99,12 +96,5 @@ for unit in ("ml.a", "ml.b"):
 def test_the_embedded_sqlite_database_finds_shares_alike(tmp_path: Path) -> None:
     """The embedded default (no DATABASE_URL): the same comparison on SQLite, whose rows
     need the backend's converters (aware datetimes, booleans)."""
-    environment = {name: value for name, value in os.environ.items()
-                   if name not in ("DATABASE_URL", "REDIS_URL")}
-    environment.update(QUOTAWEB_DATA_DIR=str(tmp_path),
-                       QUOTAWEB_SQLITE_PATH=str(tmp_path / "embedded.sqlite3"))
-    for command in (["migrate", "-v", "0"], ["shell", "-c", SQLITE_CHECK]):
-        done = subprocess.run([sys.executable, "manage.py", *command], cwd=ROOT,
-                              env=environment, capture_output=True, text=True, timeout=300)
-        assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.count("alike ") == 4, done.stdout
+    printed = run_on_embedded_sqlite(tmp_path, SQLITE_CHECK)
+    assert printed.count("alike ") == 4, printed
