@@ -49,46 +49,9 @@ def _repo_first(argv: list[str]) -> Path:
     if "--repo" in argv:
         repo = Path(argv[argv.index("--repo") + 1]).resolve()
     sys.path.insert(0, str(repo))
+    # This checkout's bench/ (bench/api.py's database helpers), after the code measured.
+    sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
     return repo
-
-
-def set_up_django() -> dict[str, Any]:
-    """A fresh bench database (dropped and created again, then migrated); its entry."""
-    os.environ.setdefault("DATABASE_URL", DEFAULT_DATABASE_URL)
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "quotaweb.settings")
-    for name in ("REDIS_URL", "QUOTAWEB_IN_PROCESS_SCHEDULER"):
-        os.environ.pop(name, None)
-    from quotaweb import env
-
-    entry: dict[str, Any] = env.database(os.environ["DATABASE_URL"])
-    if "bench" not in str(entry["NAME"]):
-        raise SystemExit(f"bench/apply_churn.py drops its database; refusing {entry['NAME']!r} "
-                         "(use a database whose name contains 'bench').")
-    _server_sql(entry, "DROP DATABASE IF EXISTS {} WITH (FORCE)")
-    _server_sql(entry, "CREATE DATABASE {}")
-    import django
-    from django.core.management import call_command
-
-    django.setup()
-    call_command("migrate", verbosity=0)
-    return entry
-
-
-def drop_database(entry: dict[str, Any]) -> None:
-    from django.db import connections
-
-    connections.close_all()
-    _server_sql(entry, "DROP DATABASE IF EXISTS {} WITH (FORCE)")
-
-
-def _server_sql(entry: dict[str, Any], statement: str) -> None:
-    import psycopg
-    from psycopg import sql
-
-    with psycopg.connect(host=entry["HOST"] or None, port=entry["PORT"] or None,
-                         user=entry["USER"] or None, password=entry["PASSWORD"] or None,
-                         dbname="postgres", autocommit=True) as server:
-        server.execute(sql.SQL(statement).format(sql.Identifier(entry["NAME"])))
 
 
 def populate(dispatches: int, jobs: int) -> None:
@@ -249,16 +212,18 @@ def main(argv: list[str] | None = None) -> int:
                         help="jobs that keep waiting (default 200)")
     parser.add_argument("--repo", default=str(repo), help="the checkout whose code runs")
     args = parser.parse_args(argv)
-    entry = set_up_django()
+    from bench.api import bench_database, drop_database
+
+    database = bench_database(DEFAULT_DATABASE_URL)
     try:
-        print(f"# Apply under churn (code: {repo}, database {entry['NAME']}, median of "
+        print(f"# Apply under churn (code: {repo}, database {database}, median of "
               f"{args.cycles} cycles after {args.warm_up})\n")
         print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}\n")
         rows = [measure(n, args.cycles, args.warm_up, args.backlog) for n in args.dispatches]
         print_table(rows)
         print(f"\nload average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     finally:
-        drop_database(entry)
+        drop_database()
     return 0
 
 
