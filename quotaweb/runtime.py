@@ -33,7 +33,7 @@ from .realtime.broadcast import (
     push_estimates,
     send_payloads,
 )
-from .scheduling import estimates, tick
+from .scheduling import estimates, planner_statistics, tick
 from .scheduling.tick import CycleReport
 
 log = logging.getLogger(__name__)
@@ -154,6 +154,10 @@ def cycle_and_launch(launch: Launcher, broadcast: Broadcaster) -> CycleReport | 
             launch(attempt_id)
         except Exception:
             log.exception("could not launch attempt %s; retrying next cycle", attempt_id)
+    try:
+        planner_statistics.refresh()
+    except Exception:
+        log.exception("could not refresh the planner's statistics; autovacuum will")
     return report
 
 
