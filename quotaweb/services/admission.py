@@ -20,6 +20,7 @@ and `explain` finds which rule refused it, with the figures its message gives.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import Counter
 from collections.abc import Sequence
@@ -35,6 +36,7 @@ from scheduler.events import Submitted
 from ..models import Job, QuotaShare
 from ..models.jobs import QUEUED_STATUSES
 from ..models.shares import ShareState
+from ..postgresql import prepared
 from ..scheduling import events
 from .errors import Conflict
 from .limits import WINDOW, check_submission_limits, lifted
@@ -83,33 +85,33 @@ def write_at_once(user: Any, jobs: Sequence[Job], *, token: bool,
 
     True: written (the jobs have their ids).  False: a client_token was taken, nothing
     written.  Raises Refused, having written nothing."""
-    from psycopg import ClientCursor  # PostgreSQL's driver: imported where it is used
-
     now = now or timezone.now()
     submitted = events.of(Submitted(), job=jobs[0], time=jobs[0].created_at)
     insert, insert_params = _insert(jobs, ignore_conflicts=token)
     conditions, condition_params = _conditions(user, jobs, now, unseen=True)
     shares = sorted({job.quota_share_id for job in jobs})
     locks = ", ".join([f"pg_advisory_xact_lock({events.SHARE_LOCK_SPACE}, %s)"] * len(shares))
-    sql = (f"BEGIN; SELECT {locks}; {events.ANNOUNCE_SQL}; "
-           f"WITH new_job AS ({insert} RETURNING id, created_at, quota_share_id), "
-           f"new_event AS (INSERT INTO {events.EVENT_TABLE} "
-           "(time, type, job_id, quota_share, details) "
-           "SELECT new_job.created_at, %s, new_job.id, s.name, %s::jsonb "
-           f"FROM new_job JOIN {SHARE_TABLE} s ON s.id = new_job.quota_share_id "
-           f"WHERE {' AND '.join(conditions)} ORDER BY new_job.id RETURNING id) "
-           "SELECT (SELECT array_agg(id ORDER BY id) FROM new_job), "
-           "(SELECT count(*) FROM new_event)")
-    params = [*shares, *insert_params, str(submitted.type), json.dumps(submitted.details),
+    write = (f"WITH new_job AS ({insert} RETURNING id, created_at, quota_share_id), "
+             f"new_event AS (INSERT INTO {events.EVENT_TABLE} "
+             "(time, type, job_id, quota_share, details) "
+             "SELECT new_job.created_at, %s, new_job.id, s.name, %s::jsonb "
+             f"FROM new_job JOIN {SHARE_TABLE} s ON s.id = new_job.quota_share_id "
+             f"WHERE {' AND '.join(conditions)} ORDER BY new_job.id RETURNING id) "
+             "SELECT (SELECT array_agg(id ORDER BY id) FROM new_job), "
+             "(SELECT count(*) FROM new_event)")
+    params = [*insert_params, str(submitted.type), json.dumps(submitted.details),
               *condition_params]
-    connection.ensure_connection()
-    raw = connection.connection
-    with connection.wrap_database_errors, ClientCursor(raw) as cursor:
-        # Several statements with parameters: bound here, sent in one round trip.
+    with prepared.cursor() as cursor:
+        raw = cursor.connection
         try:
-            cursor.execute(sql, params)
-            while cursor.nextset():
-                pass  # to the last statement's row
+            # Sent together, in one round trip (psycopg's pipeline mode), each a prepared
+            # statement whose plan PostgreSQL keeps (planning the insert cost more than
+            # running it).  The write's snapshot is taken after the locks.
+            with raw.pipeline():
+                cursor.execute("BEGIN")
+                prepared.execute(cursor, f"SELECT {locks}", shares)
+                prepared.execute(cursor, events.ANNOUNCE_SQL)
+                prepared.execute(cursor, write, params)
             ids, written = cursor.fetchone()
         except BaseException:
             raw.execute("ROLLBACK")
@@ -134,14 +136,22 @@ def _insert(jobs: Sequence[Job], *, ignore_conflicts: bool) -> tuple[str, list[A
     creation time is set here), without preparing some 40,000 parameters one by one."""
     fields = _INSERTED
     rows = [{field.column: field.pre_save(job, True) for field in fields} for job in jobs]
-    columns = ", ".join(connection.ops.quote_name(field.column) for field in fields)
-    types = ", ".join(f"{connection.ops.quote_name(field.column)} {field.db_type(connection)}"
-                      for field in fields)
+    return (_insert_sql(ignore_conflicts),
+            [json.dumps(rows, default=_json_value, separators=(",", ":"))])
+
+
+@functools.cache
+def _insert_sql(ignore_conflicts: bool) -> str:
+    """The INSERT's text, the same for every submission: built once per process (its 39
+    columns' quoting and types cost more than the rest of a submission's SQL)."""
+    quote = connection.ops.quote_name
+    columns = ", ".join(quote(field.column) for field in _INSERTED)
+    types = ", ".join(f"{quote(field.column)} {field.db_type(connection)}"
+                      for field in _INSERTED)
     conflict = " ON CONFLICT DO NOTHING" if ignore_conflicts else ""
-    sql = (f"INSERT INTO {JOB_TABLE} ({columns}) SELECT {columns} FROM ROWS FROM "
-           f"(jsonb_to_recordset(%s::jsonb) AS ({types})) WITH ORDINALITY AS r "
-           f"ORDER BY r.ordinality{conflict}")
-    return sql, [json.dumps(rows, default=_json_value, separators=(",", ":"))]
+    return (f"INSERT INTO {JOB_TABLE} ({columns}) SELECT {columns} FROM ROWS FROM "
+            f"(jsonb_to_recordset(%s::jsonb) AS ({types})) WITH ORDINALITY AS r "
+            f"ORDER BY r.ordinality{conflict}")
 
 
 def _json_value(value: object) -> str:

@@ -277,28 +277,25 @@ def test_a_batch_is_admitted_whole_or_refused_whole_under_concurrency(
 
 
 def round_trips(action: Callable[[], object]) -> int:
-    """How many times this connection waited for PostgreSQL while `action` ran: psycopg
-    waits at least once per round trip (statements sent together in one string are
-    answered in one wait; pipeline mode may wait once per result)."""
+    """How many times this connection waited for PostgreSQL's answer while `action` ran:
+    each wait ends with the server's ReadyForQuery (after a query string of the simple
+    protocol, however many statements it holds, or at a Sync of the extended protocol, after
+    every statement of a pipeline), counted in libpq's trace of the protocol's messages."""
+    import tempfile
+
     connection.ensure_connection()
-    raw = connection.connection
-    real = raw.wait
-    count = 0
-
-    def wait(*args: Any, **kwargs: Any) -> Any:
-        nonlocal count
-        count += 1
-        return real(*args, **kwargs)
-
-    raw.wait = wait
-    try:
-        action()
-    finally:
-        del raw.wait
-    return count
+    pgconn = connection.connection.pgconn
+    with tempfile.TemporaryFile("w+") as trace:
+        pgconn.trace(trace.fileno())
+        try:
+            action()
+        finally:
+            pgconn.untrace()
+        trace.seek(0)
+        return sum(1 for line in trace if "\tB\t" in line and "ReadyForQuery" in line)
 
 
-def test_a_submission_is_one_read_and_a_transaction_of_two_waits(
+def test_a_submission_is_one_read_and_a_transaction_of_two_round_trips(
         share: QuotaShare, member: Any) -> None:
     """After the share is read: BEGIN, the share's lock, the announcement and the statement
     that inserts the job and its event, sent together; then COMMIT.  The same for a batch,
@@ -340,3 +337,25 @@ def assert_rows_as_the_orm_writes(member: Any) -> None:
         stored = Job.objects.get(pk=job.pk)
         assert (job.created_at, job.name) == (stored.created_at, stored.name)
         assert Event.objects.get(job=job).time == stored.created_at
+
+
+def test_the_lookup_and_the_write_are_prepared_once_per_connection(
+        share: QuotaShare, member: Any) -> None:
+    """Their plans are kept (quotaweb/postgresql/prepared.py): the first submission on a
+    connection prepares the share lookup and the write, later ones reuse them; Django's
+    own statements stay unprepared."""
+    def prepared() -> list[str]:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT statement FROM pg_prepared_statements ORDER BY name")
+            return [statement for (statement,) in cursor.fetchall()]
+
+    submit_job(member, **fields("first"))
+    after_first = prepared()
+    assert any(text.startswith("WITH new_job AS (INSERT INTO quotaweb_job")
+               for text in after_first), after_first
+    assert any('FROM "quotaweb_quotashare" s' in text for text in after_first), after_first
+    for n in range(3):
+        submit_job(member, **fields(f"more{n}"))
+    Job.objects.filter(name="more0").count()  # the ORM: not prepared
+    assert prepared() == after_first
+    assert Job.objects.count() == Event.objects.filter(type="SUBMITTED").count() == 4
