@@ -20,7 +20,10 @@ class Job(models.Model):
     """A submitted job (docs/semantics.md 4).  The id is its submission order."""
 
     name = models.CharField(max_length=128)
-    quota_share = models.ForeignKey(QuotaShare, on_delete=models.PROTECT, related_name="jobs")
+    # No index of its own: job_share_queue begins with it and serves every lookup by
+    # share; a second index cost a write on every insert and every status change.
+    quota_share = models.ForeignKey(QuotaShare, on_delete=models.PROTECT, related_name="jobs",
+                                    db_index=False)
     submitted_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
                                      on_delete=models.SET_NULL, related_name="jobs")
     priority = models.PositiveIntegerField(default=0)
