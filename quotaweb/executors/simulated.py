@@ -9,10 +9,10 @@ from datetime import datetime
 
 from scheduler.lifecycle import simulated_work_end
 
-from ..models import Attempt
 from ..models.jobs import Executor as ExecutorKind
 from ..models.jobs import JobStatus
 from ..scheduling.clock import to_engine
+from ..scheduling.open_attempts import open_attempts
 from .base import AttemptReport, Availability, LogChunk
 
 
@@ -42,10 +42,8 @@ class SimulatedExecutor:
         """poll's reports in two steps, each applied whole (quotaweb.executors.reports.
         apply_reports) before the next is asked for: the attempts due to run, then those
         whose work is over (read after the first step is written)."""
-        due = Attempt.objects.filter(
-            outcome__isnull=True, job__status=JobStatus.STARTING,
-            job__executor=self.kind, running_at__lte=now,
-        ).values_list("id", "running_at")
+        due = open_attempts([JobStatus.STARTING], [self.kind], running_at__lte=now,
+                            ).values_list("id", "running_at")
         yield [AttemptReport.running(attempt_id, running_at or now)
                for attempt_id, running_at in list(due)]
         yield list(self._ended(now))
@@ -54,9 +52,8 @@ class SimulatedExecutor:
         # Only the four values the work's end depends on: every running attempt is read
         # each cycle, and making each an Attempt with its Job (some 70 columns, a dozen of
         # them times) was a quarter of the cycle's CPU under a stream of submissions.
-        running = Attempt.objects.filter(
-            outcome__isnull=True, job__status=JobStatus.RUNNING, job__executor=self.kind,
-        ).values_list("id", "started_at", "job__duration_seconds", "job__max_runtime_seconds")
+        running = open_attempts([JobStatus.RUNNING], [self.kind]).values_list(
+            "id", "started_at", "job__duration_seconds", "job__max_runtime_seconds")
         for attempt_id, started_at, duration, max_runtime in list(running):
             started = to_engine(started_at) or now.timestamp()
             end = simulated_work_end(started, duration or 0, max_runtime)

@@ -16,6 +16,7 @@ from ..executors.reports import apply_report, apply_reports
 from ..models import Attempt, CapacityUnit, Job
 from ..models.jobs import JobStatus
 from . import bulk, events
+from .open_attempts import open_attempts
 
 
 def advance(now: datetime) -> list[int]:
@@ -32,12 +33,8 @@ def advance(now: datetime) -> list[int]:
                 continue
             for report in executor.poll(now):
                 apply_report(report)
-        return list(
-            Attempt.objects.filter(
-                outcome__isnull=True, job__status=JobStatus.STARTING,
-                job__executor__in=launched_kinds(), running_at__lte=now, pid__isnull=True,
-            ).values_list("id", flat=True)
-        )
+        return list(open_attempts([JobStatus.STARTING], launched_kinds(), running_at__lte=now,
+                                  pid__isnull=True).values_list("id", flat=True))
 
 
 def _units() -> dict[str, CapacityUnit]:
@@ -47,9 +44,8 @@ def _units() -> dict[str, CapacityUnit]:
 def _start_scheduled(now: datetime) -> None:
     """SCHEDULED → STARTING for every attempt whose victims' grace is over, in two
     statements: the jobs (still SCHEDULED), then their attempts' running_at."""
-    due = list(Attempt.objects.select_related("job").filter(
-        outcome__isnull=True, job__status=JobStatus.SCHEDULED, starting_at__lte=now
-    ))
+    due = list(open_attempts([JobStatus.SCHEDULED], starting_at__lte=now
+                             ).select_related("job"))
     if not due:
         return
     units = _units()
