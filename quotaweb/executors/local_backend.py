@@ -28,6 +28,7 @@ from ..models.jobs import Executor as ExecutorKind
 from ..models.jobs import JobStatus
 from ..scheduling import events
 from ..scheduling.attempts import AttemptAlreadyEnded, finish_attempt, mark_running
+from ..scheduling.open_attempts import open_attempts
 from . import ranks, registry
 from .base import AttemptReport, Availability, LogChunk
 from .cgroups import CgroupsUnavailable, Hierarchy, hierarchy
@@ -82,10 +83,9 @@ def _lost_leases(now: datetime) -> Iterator[AttemptReport]:
     lease = timedelta(seconds=settings.QUOTAWEB["HEARTBEAT_LEASE_SECONDS"])
     # Claimed attempts heartbeat from the claim on, so one whose host vanished while it was
     # still STARTING is caught too.
-    lost = Attempt.objects.filter(
-        outcome__isnull=True, job__status__in=[JobStatus.STARTING, JobStatus.RUNNING],
-        job__executor=ExecutorKind.LOCAL, pid__isnull=False, heartbeat_at__lt=now - lease,
-    ).values_list("id", flat=True)
+    lost = open_attempts([JobStatus.STARTING, JobStatus.RUNNING], [ExecutorKind.LOCAL],
+                         pid__isnull=False, heartbeat_at__lt=now - lease,
+                         ).values_list("id", flat=True)
     for attempt_id in list(lost):
         yield AttemptReport.platform_error(attempt_id, now, LOST_HEARTBEAT)
 
@@ -95,10 +95,8 @@ def _unclaimed(now: datetime) -> Iterator[AttemptReport]:
     due (no host declares its instances, the host is gone, or cannot isolate commands)
     fails as a platform error with the reason, instead of holding its capacity forever."""
     timeout = timedelta(seconds=settings.QUOTAWEB["CLAIM_TIMEOUT_SECONDS"])
-    stuck = Attempt.objects.select_related("job").filter(
-        outcome__isnull=True, job__status=JobStatus.STARTING, job__executor=ExecutorKind.LOCAL,
-        pid__isnull=True, running_at__lt=now - timeout,
-    )
+    stuck = open_attempts([JobStatus.STARTING], [ExecutorKind.LOCAL], pid__isnull=True,
+                          running_at__lt=now - timeout).select_related("job")
     seconds = int(timeout.total_seconds())
     for attempt in list(stuck):
         yield AttemptReport.platform_error(

@@ -17,16 +17,17 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 
 from ..models import Attempt, Job
 
 
 def open_attempts(statuses: Collection[str], executors: Collection[str] | None = None,
-                  **filters: Any) -> QuerySet[Attempt]:
-    """The attempts with no outcome that match `filters`, of jobs in one of `statuses`
-    (and, given `executors`, run by one of them), in the attempts' usual order."""
-    candidates = Attempt.objects.filter(outcome__isnull=True, **filters)
+                  *conditions: Q, **filters: Any) -> QuerySet[Attempt]:
+    """The attempts with no outcome that match `conditions` and `filters` (of the attempt's
+    own columns), of jobs in one of `statuses` (and, given `executors`, run by one of them),
+    in the attempts' usual order."""
+    candidates = Attempt.objects.filter(*conditions, outcome__isnull=True, **filters)
     job_ids = sorted(set(candidates.order_by().values_list("job_id", flat=True)))
     jobs = Job.objects.filter(pk__in=job_ids, status__in=list(statuses))
     if executors is not None:

@@ -8,6 +8,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.db.models import Q
 from django.utils import timezone
 
 from quotaweb.models import Attempt
@@ -20,10 +21,11 @@ world = helpers.world
 pytestmark = pytest.mark.django_db
 
 
-def joined(statuses: list[str], executors: list[str] | None = None,
+def joined(statuses: list[str], executors: list[str] | None = None, *conditions: Q,
            **filters: Any) -> list[int]:
     """The one-join form the callers used before."""
-    rows = Attempt.objects.filter(outcome__isnull=True, job__status__in=statuses, **filters)
+    rows = Attempt.objects.filter(*conditions, outcome__isnull=True, job__status__in=statuses,
+                                  **filters)
     if executors is not None:
         rows = rows.filter(job__executor__in=executors)
     return list(rows.values_list("id", flat=True))
@@ -54,3 +56,7 @@ def test_the_open_attempts_of_a_status_are_the_joins_rows_in_its_order(world: An
         found = list(open_attempts(statuses, executors, **filters).values_list("id", flat=True))
         assert found == joined(statuses, executors, **filters), (statuses, executors, filters)
     assert len(list(open_attempts(["STARTING"], ["simulated"]))) == 4
+    either = Q(pid__isnull=True) | Q(pid=-1)
+    assert (list(open_attempts(["STARTING"], None, either, running_at__lte=now)
+                 .values_list("id", flat=True))
+            == joined(["STARTING"], None, either, running_at__lte=now) != [])

@@ -39,6 +39,7 @@ from scheduler.lifecycle import Outcome
 from ...models import Attempt
 from ...models.jobs import Executor as ExecutorKind
 from ...models.jobs import JobStatus
+from ...scheduling.open_attempts import open_attempts
 from ..base import AttemptReport, Availability, LogChunk
 from ..logs import LogTail
 from ..reports import stored_logs
@@ -196,11 +197,9 @@ def _unclaimed(now: datetime) -> list[AttemptReport]:
     """A Slurm attempt no launcher submitted within CLAIM_TIMEOUT_SECONDS of being due,
     or whose claimer died before it recorded the Slurm job: a platform error."""
     timeout = timedelta(seconds=settings.QUOTAWEB["CLAIM_TIMEOUT_SECONDS"])
-    stuck = Attempt.objects.filter(
-        Q(pid__isnull=True) | Q(pid=CLAIMED), outcome__isnull=True,
-        job__status=JobStatus.STARTING, job__executor=ExecutorKind.SLURM,
-        running_at__lt=now - timeout,
-    ).values_list("pk", flat=True)
+    stuck = open_attempts([JobStatus.STARTING], [ExecutorKind.SLURM],
+                          Q(pid__isnull=True) | Q(pid=CLAIMED), running_at__lt=now - timeout,
+                          ).values_list("pk", flat=True)
     seconds = int(timeout.total_seconds())
     return [AttemptReport.platform_error(attempt_id, now,
                                          f"No launcher submitted it to Slurm within {seconds} s")
