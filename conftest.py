@@ -66,5 +66,18 @@ class NeverSkip:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Give every test a node id of its own.  Schemathesis's parametrized test makes one
+    item per API operation, all with the same node id (their names differ); pytest-xdist
+    schedules by node id and would run only one of them (scripts/test runs two processes)."""
+    seen: dict[str, int] = {}
+    for item in items:
+        seen[item.nodeid] = seen.get(item.nodeid, 0) + 1
+    for item in items:
+        if seen[item.nodeid] > 1:
+            # pytest 9 keeps the node id as the parent's id and a child name (Node._id).
+            item._id = item.parent.id.child(item.name)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(NeverSkip(), "quotaweb-never-skip")

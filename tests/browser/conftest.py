@@ -149,8 +149,13 @@ def server(prepared_data: Path, tmp_path: Path,
         running.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser(chromium: str) -> Iterator[Any]:
+    """Chromium, driven by Playwright's sync API for one test module.  Module-scoped, not
+    session-scoped: the sync API keeps an event loop running in the main thread while it
+    is open, and Django refuses database work from a thread with a running loop
+    (SynchronousOnlyOperation), so it must be closed before another directory's tests run
+    in the same process (pytest-xdist hands each process modules from every directory)."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
