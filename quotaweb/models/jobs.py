@@ -80,6 +80,11 @@ class Job(models.Model):
             models.Index(fields=["status"], name="job_status"),
             models.Index(fields=["quota_share", "status", "-priority", "id"],
                          name="job_share_queue"),
+            # The jobs that carry an estimate (the queued ones, and any that left the
+            # queue since the last refresh): the refresh's clearing reads these, not a
+            # scan of every job ever run.
+            models.Index(fields=["id"], condition=~Q(estimate_basis=""),
+                         name="job_with_estimate"),
         ]
         constraints = [
             models.UniqueConstraint(fields=["submitted_by", "client_token"],

@@ -21,7 +21,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db.models import Case, DateTimeField, TextField, Value, When
+from django.db import connection
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from scheduler import Snapshot
@@ -124,16 +125,35 @@ def store(estimates: dict[str, Estimate]) -> list[int]:
                  if int(job) in stored and changed(*stored[int(job)], _moment(e), e.basis)]
         if not batch:
             continue
-        at = Case(*(When(pk=int(job), then=Value(_moment(e))) for job, e in batch),
-                  output_field=DateTimeField())
-        basis = Case(*(When(pk=int(job), then=Value(e.basis)) for job, e in batch),
-                     output_field=TextField())
-        Job.objects.filter(pk__in=[int(job) for job, _ in batch],
-                           status__in=QUEUED_STATUSES).update(
-            estimated_start_at=at, estimate_basis=basis)
+        _write(batch)
         written += [int(job) for job, _ in batch]
     cleared = clear_left_queue()
     return sorted({*written, *cleared})
+
+
+def _write(batch: list[tuple[str, Estimate]]) -> None:
+    """One UPDATE of the batch's estimates, each row's values joined by id from a VALUES
+    list, on jobs still queued.  (The ORM's way, a CASE WHEN per job for each column, cost
+    about a quarter of a second of Python per 1,000 jobs to compile, and PostgreSQL
+    compared every row with every branch: the forecaster ran every few seconds over a
+    long queue, taking CPU from the submissions that made it long.)"""
+    quote = connection.ops.quote_name
+    at_field = Job._meta.get_field("estimated_start_at")
+    # PostgreSQL types a VALUES list by its first row; SQLite has no need (nor syntax).
+    typed = connection.vendor == "postgresql"
+    rows = ["(%s::bigint, %s::timestamptz, %s::text)" if typed else "(%s, %s, %s)"]
+    rows += ["(%s, %s, %s)"] * (len(batch) - 1)
+    params: list[object] = []
+    for job, estimate in batch:
+        params += [int(job), at_field.get_db_prep_value(_moment(estimate), connection),
+                   estimate.basis]
+    table = quote(Job._meta.db_table)
+    sql = (f"WITH v(id, at, basis) AS (VALUES {', '.join(rows)}) "
+           f"UPDATE {table} SET {quote(at_field.column)} = v.at, "
+           f"{quote('estimate_basis')} = v.basis FROM v "
+           f"WHERE {table}.{quote('id')} = v.id AND {table}.{quote('status')} IN (%s, %s)")
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*params, *(str(status) for status in QUEUED_STATUSES)])
 
 
 def changed(old_at: datetime | None, old_basis: str, at: datetime | None, basis: str) -> bool:
@@ -147,9 +167,15 @@ def changed(old_at: datetime | None, old_basis: str, at: datetime | None, basis:
     return abs((at - old_at).total_seconds()) > MOVE_THRESHOLD_SECONDS
 
 
+def left_queue() -> QuerySet[Job]:
+    """The jobs no longer queued that still carry an estimate: read through the partial
+    index job_with_estimate (the jobs with one), whatever the number of jobs ever run."""
+    return Job.objects.exclude(status__in=QUEUED_STATUSES).exclude(estimate_basis="")
+
+
 def clear_left_queue() -> list[int]:
     """Clear the estimates of jobs that are no longer queued; returns their ids."""
-    left = Job.objects.exclude(status__in=QUEUED_STATUSES).exclude(estimate_basis="")
+    left = left_queue()
     ids = list(left.values_list("id", flat=True))
     if ids:
         left.filter(pk__in=ids).update(estimated_start_at=None, estimate_basis="")

@@ -9,18 +9,23 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 
 from quotaweb.models import Attempt, CapacityUnit, Job
 from quotaweb.scheduling.estimates import (
     MOVE_THRESHOLD_SECONDS,
+    WRITE_BATCH,
     changed,
+    left_queue,
     outlooks,
     refresh_estimates,
 )
 from quotaweb.scheduling.snapshot import load_snapshot
 from quotaweb.scheduling.tick import run_cycle
 from quotaweb.services.jobs import submit_job
+
+from .processes import run_on_embedded_sqlite
 
 UNIT = "ml.g5.xlarge"
 COLD = 60
@@ -80,6 +85,73 @@ def test_an_estimate_left_on_a_job_that_left_the_queue_is_cleared(one_instance: 
     assert refresh_estimates(now=t0).changed == (job.pk,)  # cleared: pushed as cleared
     job.refresh_from_db()
     assert job.estimated_start_at is None and job.estimate_basis == ""
+
+
+STORE_CHECK = """
+from datetime import timedelta
+from django.db import connection
+from django.utils import timezone
+from quotaweb.models import CapacityUnit, Job, QuotaShare, CapacityLimit
+from quotaweb.scheduling.clock import to_engine
+from quotaweb.scheduling.estimates import WRITE_BATCH, store
+from quotaweb.services.jobs import submit_job
+from scheduler.forecast import Estimate
+assert connection.vendor == "{vendor}", connection.vendor
+CapacityUnit.objects.create(name="ml.a", max_capacity=1)
+share = QuotaShare.objects.create(name="QS1", sharing_strategy="LEND")
+CapacityLimit.objects.create(quota_share=share, capacity_unit="ml.a", max_capacity=1)
+jobs = [submit_job(None, name=f"j{{n}}", quota_share="QS1", instance_type="ml.a",
+                   duration_seconds=10)[0] for n in range(WRITE_BATCH + 3)]
+gone = jobs[1]
+Job.objects.filter(pk=gone.pk).update(status="RUNNING")  # left the queue meanwhile
+t0 = timezone.now().replace(microsecond=0)
+wanted = {{}}
+for n, job in enumerate(jobs):
+    at = None if n % 3 == 0 else t0 + timedelta(seconds=100 * n)
+    wanted[job.pk] = (at, f"when {{n}} ends")
+estimates = {{str(pk): Estimate(None if at is None else to_engine(at), basis)
+             for pk, (at, basis) in wanted.items()}}
+changed = store(estimates)
+assert changed == sorted(pk for pk in wanted if pk != gone.pk), changed
+for pk, at, basis in Job.objects.values_list("id", "estimated_start_at", "estimate_basis"):
+    if pk == gone.pk:
+        assert (at, basis) == (None, ""), (at, basis)
+        continue
+    assert (at, basis) == wanted[pk], (pk, at, basis, wanted[pk])
+    assert at is None or at.tzinfo is not None
+assert store(estimates) == []  # the same again: nothing changed
+print("stored", len(changed))
+"""
+
+
+@pytest.mark.django_db
+def test_the_estimates_are_stored_in_batches_on_postgresql() -> None:
+    """Two batches of estimates (known and unknown moments), one job that left the queue
+    after the forecast read it: the queued jobs get theirs, it gets none."""
+    printed: list[str] = []
+    shown = {"print": lambda *words: printed.append(" ".join(map(str, words)))}
+    exec(STORE_CHECK.format(vendor="postgresql"), shown)  # noqa: S102 - our own text
+    assert printed == [f"stored {WRITE_BATCH + 2}"]
+
+
+def test_the_estimates_are_stored_alike_on_the_embedded_sqlite_database(
+        tmp_path: Any) -> None:
+    printed = run_on_embedded_sqlite(tmp_path, STORE_CHECK.format(vendor="sqlite"))
+    assert f"stored {WRITE_BATCH + 2}" in printed, printed
+
+
+@pytest.mark.django_db
+def test_the_clearing_reads_only_the_jobs_that_carry_an_estimate() -> None:
+    """Its query matches the partial index job_with_estimate, so a database of a million
+    finished jobs is not scanned every few seconds (PostgreSQL's plan, scans by table
+    turned off so that a small table shows which index the query can use)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute("SET LOCAL enable_bitmapscan = off")
+        sql, params = left_queue().values_list("id").query.sql_with_params()
+        cursor.execute(f"EXPLAIN {sql}", params)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "job_with_estimate" in plan, plan
 
 
 def test_an_estimate_changes_when_new_known_unknown_rebased_or_moved_past_the_threshold(
