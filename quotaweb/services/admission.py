@@ -6,11 +6,13 @@ commit (quotaweb.scheduling.events.lock_shares), so that no two submissions to a
 past a limit together (a share's per-user rate limit is counted per share too), and a change
 of the share's state or limits comes wholly before or after it.  Every round trip under
 that lock is paid by every other submission to the share waiting for it, so on PostgreSQL
-outside a transaction (`write_at_once`) the section is two: the locks, the announcement of
-the events and one statement that inserts the jobs and, if the shares take them, their
-events, all sent together; then the commit.  Elsewhere (`admit`) three: the locks and the
-announcement sent with the job insert (or the batch's one insert), then the statement that
-inserts the events if the shares take them, then the commit.  The statement's snapshot is
+outside a transaction (`write_at_once`) the section is within one round trip: the locks,
+the announcement of the events, one statement that inserts the jobs and, if the shares take
+them, their events (raising when they do not: quotaweb_whole_submission), and the commit,
+all sent together; PostgreSQL releases the locks at the commit.  Elsewhere (`admit`)
+three: the locks and the announcement sent with the job insert (or the batch's one
+insert), then the statement that inserts the events if the shares take them, then the
+commit.  The statement's snapshot is
 taken after the locks, so it sees every submission committed before; its counts include
 this transaction's own new jobs (added to them when the statement inserts them itself).
 
@@ -41,6 +43,10 @@ from ..postgresql import prepared
 from ..scheduling import events
 from .errors import Conflict
 from .limits import WINDOW, check_submission_limits, lifted
+
+# The SQLSTATEs of quotaweb_whole_submission (migration 0014).
+TOKEN_TAKEN = "QW409"
+REFUSED = "QW403"
 
 
 class Refused(Exception):
@@ -76,13 +82,15 @@ def can_write_at_once() -> bool:
 
 def write_at_once(user: Any, jobs: Sequence[Job], *, token: bool,
                   now: datetime | None = None) -> bool:
-    """Submit unsaved jobs (one, or a batch's) in one transaction of two round trips
-    (PostgreSQL, outside a transaction).  The first sends BEGIN, the admission lock of
-    every share they go to (in id order), the announcement of their events
-    (quotaweb.scheduling.events), then one statement that inserts the jobs (with `token`,
-    none whose client_token is taken: one_job_per_client_token) and, if every share is
-    ENABLED and within its limits with the jobs counted, their SUBMITTED events in the
-    jobs' order.  The second commits, or rolls back when a job or the events are missing.
+    """Submit unsaved jobs (one, or a batch's) in one transaction sent in one round trip
+    (PostgreSQL, outside a transaction): BEGIN, the admission lock of every share they go
+    to (in id order), the announcement of their events (quotaweb.scheduling.events), one
+    statement that inserts the jobs (with `token`, none whose client_token is taken:
+    one_job_per_client_token) and, if every share is ENABLED and within its limits with
+    the jobs counted, their SUBMITTED events in the jobs' order, then COMMIT.  The
+    statement ends with quotaweb_whole_submission (migration 0014), which raises when a
+    job or an event is missing: the transaction is then aborted, the COMMIT behind it
+    commits nothing, and it is rolled back.
 
     True: written (the jobs have their ids).  False: a client_token was taken, nothing
     written.  Raises Refused, having written nothing."""
@@ -99,31 +107,38 @@ def write_at_once(user: Any, jobs: Sequence[Job], *, token: bool,
              f"FROM new_job JOIN {SHARE_TABLE} s ON s.id = new_job.quota_share_id "
              f"WHERE {' AND '.join(conditions)} ORDER BY new_job.id RETURNING id) "
              "SELECT (SELECT array_agg(id ORDER BY id) FROM new_job), "
-             "(SELECT count(*) FROM new_event)")
+             "quotaweb_whole_submission(%s, (SELECT count(*)::integer FROM new_job), "
+             "(SELECT count(*)::integer FROM new_event))")
     params = [*insert_params, str(submitted.type), json.dumps(submitted.details),
-              *condition_params]
+              *condition_params, len(jobs)]
     with prepared.cursor() as cursor:
         raw = cursor.connection
         try:
             # Sent together, in one round trip (psycopg's pipeline mode), each a prepared
             # statement whose plan PostgreSQL keeps (planning the insert cost more than
-            # running it).  The write's snapshot is taken after the locks.
+            # running it).  The write's snapshot is taken after the locks; PostgreSQL
+            # releases them at the COMMIT, without waiting for this process to read the
+            # answer (under load the thread that holds a lock may wait for a CPU, and with
+            # it every submission to the share).
             with raw.pipeline():
                 cursor.execute("BEGIN")
                 prepared.execute(cursor, f"SELECT {locks}", shares)
                 prepared.execute(cursor, events.ANNOUNCE_SQL)
                 prepared.execute(cursor, write, params)
-            ids, written = cursor.fetchone()
+                raw.execute("COMMIT")
+            (ids, _written) = cursor.fetchone()
+        except Exception as error:
+            raw.execute("ROLLBACK")
+            refusal = getattr(error, "sqlstate", None) or getattr(
+                getattr(error, "__cause__", None), "sqlstate", None)
+            if refusal == TOKEN_TAKEN:
+                return False
+            if refusal == REFUSED:
+                raise Refused() from None
+            raise
         except BaseException:
             raw.execute("ROLLBACK")
             raise
-        ids = ids or []
-        whole = len(ids) == len(jobs) and written == len(jobs)
-        raw.execute("COMMIT" if whole else "ROLLBACK")
-    if len(ids) < len(jobs):
-        return False
-    if not whole:
-        raise Refused()
     for job, pk in zip(jobs, ids, strict=True):
         job.pk = pk
         job._state.adding = False

@@ -264,7 +264,7 @@ def _write_new(user: User | None, new: list[Item]) -> None:
         return
     unsaved = [_unsaved(user, item) for item in new]
     if admission.can_write_at_once():
-        # Two round trips (services/admission.py); a client_token taken meanwhile is
+        # One round trip (services/admission.py); a client_token taken meanwhile is
         # answered as the insert's clash would be (submit_jobs).
         if not admission.write_at_once(user, unsaved,
                                        token=any(item.token is not None for item in new)):

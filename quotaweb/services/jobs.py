@@ -114,7 +114,7 @@ REFUSAL_RECHECKS = 3
 
 def _write_submission(user: User | None, new: Job, token: str | None,
                       fingerprint: str) -> tuple[Job, bool]:
-    """One transaction.  On PostgreSQL outside a transaction, two round trips
+    """One transaction.  On PostgreSQL outside a transaction, one round trip
     (admission.write_at_once).  Otherwise the share's admission lock and the announcement
     of its events (quotaweb.scheduling.events) sent with the insert, in one round trip;
     then the admission (services/admission.py: the share's state and queue limits checked and the

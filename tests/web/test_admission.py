@@ -295,19 +295,20 @@ def round_trips(action: Callable[[], object]) -> int:
         return sum(1 for line in trace if "\tB\t" in line and "ReadyForQuery" in line)
 
 
-def test_a_submission_is_one_read_and_a_transaction_of_two_round_trips(
+def test_a_submission_is_one_read_and_a_transaction_of_one_round_trip(
         share: QuotaShare, member: Any) -> None:
-    """After the share is read: BEGIN, the share's lock, the announcement and the statement
-    that inserts the job and its event, sent together; then COMMIT.  The same for a batch,
-    after its share, limits and members are read.  The rows are the ORM's."""
+    """After the share is read: BEGIN, the share's lock, the announcement, the statement
+    that inserts the job and its event, and COMMIT, sent together (no round trip inside
+    the admission lock).  The same for a batch, after its share, limits and members are
+    read.  The rows are the ORM's."""
     from quotaweb.services.batch import submit_jobs
 
     submit_job(member, **fields("warm"))  # the token-free caches and the first connection
-    assert round_trips(lambda: submit_job(member, **fields("one"))) == 1 + 2
-    assert round_trips(lambda: submit_job(member, **fields("two"), client_token="t")) == 2 + 2
+    assert round_trips(lambda: submit_job(member, **fields("one"))) == 1 + 1
+    assert round_trips(lambda: submit_job(member, **fields("two"), client_token="t")) == 2 + 1
     assert round_trips(lambda: submit_job(member, **fields("two"), client_token="t")) == 1
     assert round_trips(lambda: submit_jobs(member, [fields(f"b{n}") for n in range(10)])
-                       ) == 3 + 2
+                       ) == 3 + 1
     assert Event.objects.filter(type="SUBMITTED").count() == Job.objects.count() == 13
     assert_rows_as_the_orm_writes(member)
 
@@ -359,3 +360,55 @@ def test_the_lookup_and_the_write_are_prepared_once_per_connection(
     Job.objects.filter(name="more0").count()  # the ORM: not prepared
     assert prepared() == after_first
     assert Job.objects.count() == Event.objects.filter(type="SUBMITTED").count() == 4
+
+
+def test_a_client_token_taken_before_the_write_rolls_the_whole_batch_back(
+        share: QuotaShare, member: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another request used one of the batch's client_tokens after this one looked them up
+    (here: the lookup is skipped once): the write's statement raises (QW409), nothing of
+    the batch is committed, and the batch is answered as if it came second: that token's
+    job returned, the others written once."""
+    from quotaweb.services import batch as batch_services
+
+    first, _ = submit_job(member, **fields("taken"), client_token="t1")
+    real_find = batch_services._find_repeats
+    calls: list[int] = []
+
+    def find_late(user: Any, checked: Any) -> None:
+        calls.append(len(checked))
+        if len(calls) > 1:
+            real_find(user, checked)
+
+    monkeypatch.setattr(batch_services, "_find_repeats", find_late)
+    results = batch_services.submit_jobs(member, [
+        {**fields("new-a"), "client_token": "t2"}, {**fields("taken"), "client_token": "t1"},
+        fields("new-b")])
+    assert len(calls) == 2  # the write found the token taken, then the lookup ran
+    assert [(job.name, created) for job, created in results] == [
+        ("new-a", True), ("taken", False), ("new-b", True)]
+    assert results[1][0].pk == first.pk
+    assert sorted(Job.objects.values_list("name", flat=True)) == ["new-a", "new-b", "taken"]
+    assert Event.objects.filter(type="SUBMITTED").count() == 3
+    assert connection.connection.info.transaction_status == 0  # idle: rolled back, usable
+
+
+def test_a_refused_write_commits_nothing_and_leaves_the_connection_usable(
+        share: QuotaShare, member: Any) -> None:
+    """The share is DISABLED after the submission's checks read it: the write's statement
+    raises (QW403) in the round trip that also carries the COMMIT, which then commits
+    nothing; the refusal is explained and the next submission goes through."""
+    from quotaweb.services import admission
+    from quotaweb.services.batch import submit_jobs
+
+    submit_job(member, **fields("before"))
+    QuotaShare.objects.filter(pk=share.pk).update(state=ShareState.DISABLED)
+    with pytest.raises(Conflict) as refused:
+        submit_jobs(member, [fields("a"), fields("b")])
+    assert refused.value.code == "SHARE_DISABLED"
+    assert connection.connection.info.transaction_status == 0
+    assert list(Job.objects.values_list("name", flat=True)) == ["before"]
+    assert Event.objects.filter(type="SUBMITTED").count() == 1
+    QuotaShare.objects.filter(pk=share.pk).update(state=ShareState.ENABLED)
+    assert admission.can_write_at_once()
+    job, created = submit_job(member, **fields("after"))
+    assert created and Event.objects.filter(job=job, type="SUBMITTED").count() == 1
