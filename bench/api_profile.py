@@ -7,6 +7,7 @@ Run by hand, never by tests (needs py-spy: `pip install py-spy`, and root or ptr
     python bench/api_profile.py                      # 8 clients, 1,000 submissions
     python bench/api_profile.py --clients 8 --requests 2000 --path /api/v1/capacity
     python bench/api_profile.py --server daphne      # manage.py serve, as before issue 23
+    python bench/api_profile.py --gil --requests 6000   # CPU in Python only (no waits)
 
 The server is gunicorn (quotaweb/gunicorn_conf.py, its processes sampled together) unless
 `--server daphne`; the cycle runs in `manage.py run_scheduler` either way.
@@ -92,6 +93,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=int, default=200, help="py-spy samples per second")
     parser.add_argument("--server", choices=SERVERS, default="gunicorn",
                         help="gunicorn (quotaweb/gunicorn_conf.py) or daphne [gunicorn]")
+    parser.add_argument("--gil", action="store_true",
+                        help="only samples of threads holding the GIL: Python's own CPU, "
+                             "without the waits for PostgreSQL that psycopg's C loop shows")
     args = parser.parse_args(argv)
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     if not Path(spy).exists():
@@ -108,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
             recorders = [
                 subprocess.Popen([spy, "record", "--pid", str(pid), "--rate", str(args.rate),
                                   "--subprocesses", "--format", "raw", "--output",
-                                  str(out / f"{name}.txt"), "--nonblocking"],
+                                  str(out / f"{name}.txt"), "--nonblocking",
+                                  *(["--gil"] if args.gil else [])],
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 for name, pid in (("server", server.popen.pid),
                                   ("cycle", server.cycle.pid if server.cycle else None))
