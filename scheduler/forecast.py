@@ -75,6 +75,9 @@ class _Step:
 
     ended: list[str] = field(default_factory=list)
     pools_ended: int = 0
+    # `when_they_end` of the ends, per instance type of the job placed: made once per
+    # second, not once per job placed (a second may place hundreds after hundreds end).
+    said: dict[str, str] = field(default_factory=dict)
 
 
 def recent_runtime(
@@ -255,10 +258,8 @@ class _Forecast:
     def basis(self, t: int, decision: Dispatch, step: _Step, victims: list[str]) -> str:
         job = self.world.jobs[decision.job_id]
         parts = []
-        same_type = [name for name in step.ended
-                     if self.world.jobs[name].spec.instance_type == job.spec.instance_type]
-        if same_type or step.ended:
-            parts.append(self.when_they_end(same_type or step.ended))
+        if step.ended:
+            parts.append(self.ends_before(step, job.spec.instance_type))
         if victims:
             parts.append("by preempting " + self.listed(victims))
             if any(self.shield_ended(name, t) for name in victims):
@@ -273,6 +274,16 @@ class _Forecast:
         if not parts and self.grace_ends.get(decision.job_id) == t:
             parts.append("when its preemption grace ends")
         return ", ".join(parts) or "as capacity frees up"
+
+    def ends_before(self, step: _Step, instance_type: str) -> str:
+        """What a job of `instance_type` placed after the step's ends waited for: the ends
+        of its type, or all of them when none was of its type."""
+        said = step.said.get(instance_type)
+        if said is None:
+            same_type = [name for name in step.ended
+                         if self.world.jobs[name].spec.instance_type == instance_type]
+            said = step.said[instance_type] = self.when_they_end(same_type or step.ended)
+        return said
 
     def shield_ended(self, name: str, t: int) -> bool:
         """Whether the victim's minimum runtime ended just now (it was what the job waited
