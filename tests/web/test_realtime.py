@@ -476,6 +476,35 @@ def test_of_two_broadcasters_that_read_the_same_cursor_only_one_advances() -> No
     assert SchedulerState.get().broadcast_cursor == logged[-1].id
 
 
+@pytest.mark.django_db(transaction=True)
+def test_the_broadcast_reads_rows_and_sends_what_the_models_represent() -> None:
+    """The broadcaster reads events and samples as tuples; what it sends is exactly what
+    the pages and the API make of the models: events with and without a job, a change
+    with its sentences, samples of two shares."""
+    from quotaweb.read_model.events import event_rows, shown_event_dict
+    from quotaweb.read_model.usage import usage_dict, usage_rows
+
+    share, other = new_share(), new_share("QS2")
+    job = make_job(share, "train")
+    write_events("SUBMITTED", "DISPATCHED", job=job)
+    write_events("SHARE_CREATED")
+    with transaction.atomic():
+        outbox.lock_changes()
+        outbox.record_all([outbox.event("SHARE_UPDATED", quota_share="QS1", details={
+            "fields": ["borrow_limit"], "before": {"borrow_limit": 1},
+            "after": {"borrow_limit": 3}})])
+    write_sample(share, T0, in_use=1)
+    write_sample(other, T0 + timedelta(seconds=1), in_use=3)
+    payloads = broadcast.read_batch(1000).payloads
+    expected = [{"type": "event", "event": shown_event_dict(event)}
+                for event in event_rows()]
+    expected.append({"type": "usage", "samples": [usage_dict(s) for s in usage_rows()]})
+    assert payloads == expected
+    assert [p["event"]["job_name"] for p in payloads[:-1]] == ["train", "train", None, None]
+    assert "changes" in payloads[3]["event"] and len(payloads[-1]["samples"]) == 2
+    assert json.dumps(payloads) == json.dumps(expected)  # the same bytes on the socket
+
+
 # Through Redis, across processes --------------------------------------------------------
 
 
