@@ -12,9 +12,9 @@ them, their events (raising when they do not: quotaweb_whole_submission), and th
 all sent together; PostgreSQL releases the locks at the commit.  Elsewhere (`admit`)
 three: the locks and the announcement sent with the job insert (or the batch's one
 insert), then the statement that inserts the events if the shares take them, then the
-commit.  The statement's snapshot is
-taken after the locks, so it sees every submission committed before; its counts include
-this transaction's own new jobs (added to them when the statement inserts them itself).
+commit.  The statement's snapshot is taken after the locks, so it sees every submission
+committed before; its counts include this transaction's own new jobs (added to them when
+the statement inserts them itself).
 
 When the statement inserts no event the submission is refused: the transaction rolls back
 and `explain` finds which rule refused it, with the figures its message gives.
