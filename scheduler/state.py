@@ -139,9 +139,13 @@ class CycleState(ShareQueues):
         return self.shares[share].limit(unit)
 
     def all_pools(self) -> list[WarmPool]:
-        """Every Available pool, in a total order (expiry, then id), whatever the snapshot's."""
+        """Every Available pool, in a total order (expiry, then the order the pools were
+        made in), whatever the snapshot's.  Pool ids grow with each pool (the live
+        system's database ids, the simulator's wp-N): a shorter id is an older pool, so
+        they compare by length first ("99" before "100"; as plain strings, two pools that
+        expire together ended in an order that changed with the ids' number of digits)."""
         pools = [pool for name in self.share_names for pool in self.pools[name].values()]
-        return sorted(pools, key=lambda pool: (pool.expires_at, pool.id))
+        return sorted(pools, key=lambda pool: (pool.expires_at, len(pool.id), pool.id))
 
     # Warm pools -------------------------------------------------------------------------
 

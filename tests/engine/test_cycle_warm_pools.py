@@ -87,6 +87,23 @@ def test_expired_pool_is_not_reused_and_its_instances_serve_the_same_cycle() -> 
     assert decide(snap) == [expire("p"), dispatch("j", (0,))]
 
 
+@pytest.mark.parametrize("older, newer", [("99", "100"), ("wp-9", "wp-10"), ("7", "12")])
+def test_pools_that_expire_together_end_oldest_first(older: str, newer: str) -> None:
+    """Ties on expiry end in the order the pools were made (ids grow: the database's, the
+    simulator's wp-N), however many digits the ids have, and whatever the snapshot's
+    order: as plain strings "100" came before "99"."""
+    for pools in ([older, newer], [newer, older]):
+        snap = snapshot(
+            NOW,
+            [unit(G5, 2)],
+            [share("S", 2)],
+            [],
+            [pool(pool_id, share="S", instances=(number,), expires_at=NOW - 1)
+             for number, pool_id in enumerate(pools)],
+        )
+        assert decide(snap) == [expire(older), expire(newer)]
+
+
 # Reuse by a matching job (semantics.md 6, Matching) ---------------------------------------------
 
 
