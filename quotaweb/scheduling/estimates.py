@@ -21,7 +21,6 @@ from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db import connection
 from django.db.models import QuerySet
 from django.utils import timezone
 
@@ -31,6 +30,7 @@ from scheduler.forecast import Estimate, JobOutlook, Runtime, forecast, recent_r
 from ..models import Attempt, Job
 from ..models.choices import Outcome
 from ..models.jobs import QUEUED_STATUSES, Executor
+from . import bulk
 from .clock import from_engine
 from .snapshot import load_snapshot
 
@@ -125,35 +125,15 @@ def store(estimates: dict[str, Estimate]) -> list[int]:
                  if int(job) in stored and changed(*stored[int(job)], _moment(e), e.basis)]
         if not batch:
             continue
-        _write(batch)
-        written += [int(job) for job, _ in batch]
+        # One UPDATE joined by id from a VALUES list (scheduling/bulk.py), on jobs still
+        # queued.  The ORM's update, a CASE WHEN per job for each column, cost about a
+        # quarter of a second of Python per 1,000 jobs to compile, every few seconds over
+        # a long queue, taking CPU from the submissions that made it long.
+        written += bulk.update_rows(
+            Job, [(int(job), [_moment(e), e.basis]) for job, e in batch],
+            ["estimated_start_at", "estimate_basis"], where={"status__in": QUEUED_STATUSES})
     cleared = clear_left_queue()
     return sorted({*written, *cleared})
-
-
-def _write(batch: list[tuple[str, Estimate]]) -> None:
-    """One UPDATE of the batch's estimates, each row's values joined by id from a VALUES
-    list, on jobs still queued.  (The ORM's way, a CASE WHEN per job for each column, cost
-    about a quarter of a second of Python per 1,000 jobs to compile, and PostgreSQL
-    compared every row with every branch: the forecaster ran every few seconds over a
-    long queue, taking CPU from the submissions that made it long.)"""
-    quote = connection.ops.quote_name
-    at_field = Job._meta.get_field("estimated_start_at")
-    # PostgreSQL types a VALUES list by its first row; SQLite has no need (nor syntax).
-    typed = connection.vendor == "postgresql"
-    rows = ["(%s::bigint, %s::timestamptz, %s::text)" if typed else "(%s, %s, %s)"]
-    rows += ["(%s, %s, %s)"] * (len(batch) - 1)
-    params: list[object] = []
-    for job, estimate in batch:
-        params += [int(job), at_field.get_db_prep_value(_moment(estimate), connection),
-                   estimate.basis]
-    table = quote(Job._meta.db_table)
-    sql = (f"WITH v(id, at, basis) AS (VALUES {', '.join(rows)}) "
-           f"UPDATE {table} SET {quote(at_field.column)} = v.at, "
-           f"{quote('estimate_basis')} = v.basis FROM v "
-           f"WHERE {table}.{quote('id')} = v.id AND {table}.{quote('status')} IN (%s, %s)")
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [*params, *(str(status) for status in QUEUED_STATUSES)])
 
 
 def changed(old_at: datetime | None, old_basis: str, at: datetime | None, basis: str) -> bool:

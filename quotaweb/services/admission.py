@@ -127,17 +127,13 @@ def write_at_once(user: Any, jobs: Sequence[Job], *, token: bool,
                 prepared.execute(cursor, write, params)
                 raw.execute("COMMIT")
             (ids, _written) = cursor.fetchone()
-        except Exception as error:
+        except BaseException as error:
             raw.execute("ROLLBACK")
-            refusal = getattr(error, "sqlstate", None) or getattr(
-                getattr(error, "__cause__", None), "sqlstate", None)
+            refusal = getattr(error, "sqlstate", None)  # quotaweb_whole_submission's
             if refusal == TOKEN_TAKEN:
                 return False
             if refusal == REFUSED:
                 raise Refused() from None
-            raise
-        except BaseException:
-            raw.execute("ROLLBACK")
             raise
     for job, pk in zip(jobs, ids, strict=True):
         job.pk = pk
